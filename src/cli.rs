@@ -807,6 +807,15 @@ fn launched_by_mpi() -> bool {
 /// The case and its mesh, for a distributed run (flow cases do not run
 /// distributed).
 fn read_for_ranks(case_dir: &Path) -> anyhow::Result<(case::CaseSetup, mesh::Mesh)> {
+    if let Some(application) = case::ico_foam::transient_application(case_dir) {
+        anyhow::bail!(
+            "{}/system/controlDict: application {}: transient cases do not run distributed \
+             (--ranks, mpirun, decompose); run it on one rank (with --device gpu its whole time \
+             step runs on one GPU)",
+            case_dir.display(),
+            application.name()
+        );
+    }
     if case::flow_case::is_flow_case(case_dir) {
         anyhow::bail!(
             "{}: flow cases (physics.kind = \"simple\") do not run distributed; run without \

@@ -155,6 +155,19 @@ fn rank_counts_are_checked_before_the_ranks_exist() {
 }
 
 #[test]
+fn transient_cases_are_refused_a_distributed_run_by_name() {
+    let dir = Scratch::new("transient_ranks");
+    let case = dir.join("case");
+    common::copy_case_inputs(&common::repo("cases/cavity_ico"), &case);
+    let text = refused(&["run", arg(&case), "-np", "2"], "application icoFoam");
+    assert!(
+        text.contains("transient cases do not run distributed"),
+        "{}",
+        shown(&text)
+    );
+}
+
+#[test]
 fn matrix_market_size_lines_are_checked_against_the_file() {
     let dir = Scratch::new("mtx");
     let big = dir.join("big.mtx");
