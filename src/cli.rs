@@ -817,10 +817,20 @@ fn read_for_ranks(case_dir: &Path) -> anyhow::Result<(case::CaseSetup, mesh::Mes
         );
     }
     if case::flow_case::is_flow_case(case_dir) {
+        // An OpenFOAM simpleFoam case, or a case.toml of physics.kind "simple".
+        let which = match case_dir.join("case.toml").exists() {
+            false => format!(
+                "{}/system/controlDict: application simpleFoam",
+                case_dir.display()
+            ),
+            true => format!(
+                "{}/case.toml: physics.kind = \"simple\"",
+                case_dir.display()
+            ),
+        };
         anyhow::bail!(
-            "{}: flow cases (physics.kind = \"simple\") do not run distributed; run without \
-             --ranks / mpirun",
-            case_dir.display()
+            "{which}: flow cases do not run distributed (--ranks, mpirun, decompose); run it on \
+             one rank"
         );
     }
     timings::timed(Phase::Mesh, || Ok(case::read_case_dir_and_mesh(case_dir)?))
