@@ -156,23 +156,25 @@ fn rank_counts_are_checked_before_the_ranks_exist() {
 
 #[test]
 fn flow_cases_are_refused_a_distributed_run_by_name() {
-    let dir = Scratch::new("transient_ranks");
-    let case = dir.join("case");
-    common::copy_case_inputs(&common::repo("cases/cavity_ico"), &case);
-    let text = refused(&["run", arg(&case), "-np", "2"], "application icoFoam");
-    assert!(
-        text.contains("transient cases do not run distributed"),
-        "{}",
-        shown(&text)
-    );
-    let steady = dir.join("steady");
-    common::copy_case_inputs(&common::repo("cases/cavity_foam"), &steady);
-    let text = refused(&["run", arg(&steady), "-np", "2"], "application simpleFoam");
-    assert!(
-        text.contains("flow cases do not run distributed"),
-        "{}",
-        shown(&text)
-    );
+    let dir = Scratch::new("flow_ranks");
+    for (shipped, application, why) in [
+        (
+            "cavity_ico",
+            "icoFoam",
+            "transient cases do not run distributed",
+        ),
+        (
+            "cavity_foam",
+            "simpleFoam",
+            "flow cases do not run distributed",
+        ),
+    ] {
+        let case = dir.join(shipped);
+        common::copy_case_inputs(&common::repo(&format!("cases/{shipped}")), &case);
+        let args = ["run", arg(&case), "-np", "2"];
+        let text = refused(&args, &format!("application {application}"));
+        assert!(text.contains(why), "{}", shown(&text));
+    }
 }
 
 #[test]
