@@ -396,13 +396,20 @@ struct Breakdown;
 impl<T: Real> RowSystem<T> {
     /// The empty pattern of row `i` (G̃ = I, ψ = a_ii).
     pub fn new(a: &Csr, i: usize) -> Self {
+        let mut system = Self::unset();
+        system.reset(a, i);
+        system
+    }
+
+    /// No row yet, no room: [`Self::reset`] makes it a row's.
+    fn unset() -> Self {
         Self {
-            row: i,
+            row: 0,
             cols: Vec::new(),
             l: Vec::new(),
             y: Vec::new(),
             g: Vec::new(),
-            psi: entry(a, i, i),
+            psi: T::ZERO,
         }
     }
 
@@ -632,14 +639,7 @@ struct RowScratch<T> {
 impl<T: Real> RowScratch<T> {
     fn new() -> Self {
         Self {
-            system: RowSystem {
-                row: 0,
-                cols: Vec::new(),
-                l: Vec::new(),
-                y: Vec::new(),
-                g: Vec::new(),
-                psi: T::ZERO,
-            },
+            system: RowSystem::unset(),
             gradient: GradientScratch::default(),
             picks: Vec::new(),
             pattern: PatternScratch::default(),
@@ -686,14 +686,15 @@ impl<T: Real> RowSystem<T> {
         stop: FsaiStop,
         psi0: T,
     ) -> StepOutcome {
+        let growth = AdaptivePattern {
+            steps: 1,
+            step_size,
+            epsilon,
+            stop,
+        };
         let mut scratch = GradientScratch::default();
         let mut picks = Vec::new();
-        self.adaptive_step_with(
-            a,
-            (step_size, epsilon, stop, psi0),
-            &mut scratch,
-            &mut picks,
-        )
+        self.adaptive_step_with(a, &growth, psi0, &mut scratch, &mut picks)
     }
 
     /// [`Self::adaptive_step`] with the gradient's and the picks' buffers
@@ -701,10 +702,17 @@ impl<T: Real> RowSystem<T> {
     fn adaptive_step_with(
         &mut self,
         a: &Csr,
-        (step_size, epsilon, stop, psi0): (usize, f64, FsaiStop, T),
+        growth: &AdaptivePattern,
+        psi0: T,
         scratch: &mut GradientScratch<T>,
         picks: &mut Vec<u32>,
     ) -> StepOutcome {
+        let AdaptivePattern {
+            step_size,
+            epsilon,
+            stop,
+            ..
+        } = *growth;
         self.candidates_into(a, step_size, scratch, picks);
         if picks.is_empty() {
             return StepOutcome::Exhausted;
@@ -876,9 +884,8 @@ fn setup_row<T: Real>(
         }
         FsaiPattern::Adaptive(growth) => {
             let psi0 = row.psi;
-            let step = (growth.step_size, growth.epsilon, growth.stop, psi0);
             for _ in 0..growth.steps {
-                match row.adaptive_step_with(a, step, gradient, picks) {
+                match row.adaptive_step_with(a, &growth, psi0, gradient, picks) {
                     StepOutcome::Grown => steps_taken += 1,
                     StepOutcome::Stopped => {
                         steps_taken += 1;
