@@ -807,30 +807,25 @@ fn launched_by_mpi() -> bool {
 /// The case and its mesh, for a distributed run (flow cases do not run
 /// distributed).
 fn read_for_ranks(case_dir: &Path) -> anyhow::Result<(case::CaseSetup, mesh::Mesh)> {
-    if let Some(application) = case::ico_foam::transient_application(case_dir) {
-        anyhow::bail!(
-            "{}/system/controlDict: application {}: transient cases do not run distributed \
-             (--ranks, mpirun, decompose); run it on one rank (with --device gpu its whole time \
-             step runs on one GPU)",
-            case_dir.display(),
+    // What makes the case a flow case, named where the case says it.
+    let flow = match case::ico_foam::transient_application(case_dir) {
+        Some(application) => Some(format!(
+            "system/controlDict: application {}: transient cases",
             application.name()
-        );
-    }
-    if case::flow_case::is_flow_case(case_dir) {
-        // An OpenFOAM simpleFoam case, or a case.toml of physics.kind "simple".
-        let which = match case_dir.join("case.toml").exists() {
-            false => format!(
-                "{}/system/controlDict: application simpleFoam",
-                case_dir.display()
-            ),
-            true => format!(
-                "{}/case.toml: physics.kind = \"simple\"",
-                case_dir.display()
-            ),
-        };
+        )),
+        None if case::flow_case::is_flow_case(case_dir) => {
+            Some(match case_dir.join(case::case_toml::CASE_FILE).exists() {
+                true => "case.toml: physics.kind = \"simple\": flow cases".to_string(),
+                false => "system/controlDict: application simpleFoam: flow cases".to_string(),
+            })
+        }
+        None => None,
+    };
+    if let Some(what) = flow {
         anyhow::bail!(
-            "{which}: flow cases do not run distributed (--ranks, mpirun, decompose); run it on \
-             one rank"
+            "{}/{what} do not run distributed (--ranks, mpirun, decompose); run it on one rank \
+             (or on one GPU with --device gpu)",
+            case_dir.display()
         );
     }
     timings::timed(Phase::Mesh, || Ok(case::read_case_dir_and_mesh(case_dir)?))
