@@ -507,17 +507,9 @@ impl<T: Real> RowSystem<T> {
 
     /// Step 1–2: the Kaporin gradient v = A g̃ᵀ over j < i (32-slot tree sum)
     /// and the `step_size` columns with the largest |v_j| not in the pattern
-    /// (ties: smaller j), largest first.
-    pub fn candidates(&self, a: &Csr, step_size: usize) -> Vec<u32> {
-        let mut scratch = GradientScratch::default();
-        let mut picks = Vec::new();
-        self.candidates_into(a, step_size, &mut scratch, &mut picks);
-        picks
-    }
-
-    /// [`Self::candidates`] into `picks` (cleared first), the gradient's
-    /// buffers in `scratch`.
-    fn candidates_into(
+    /// (ties: smaller j), largest first, into `picks` (cleared first), the
+    /// gradient's buffers in `scratch`.
+    fn candidates(
         &self,
         a: &Csr,
         step_size: usize,
@@ -678,28 +670,8 @@ pub enum StepOutcome {
 
 impl<T: Real> RowSystem<T> {
     /// One adaptive step (steps 1–5 of the spec).
-    pub fn adaptive_step(
-        &mut self,
-        a: &Csr,
-        step_size: usize,
-        epsilon: f64,
-        stop: FsaiStop,
-        psi0: T,
-    ) -> StepOutcome {
-        let growth = AdaptivePattern {
-            steps: 1,
-            step_size,
-            epsilon,
-            stop,
-        };
-        let mut scratch = GradientScratch::default();
-        let mut picks = Vec::new();
-        self.adaptive_step_with(a, &growth, psi0, &mut scratch, &mut picks)
-    }
-
-    /// [`Self::adaptive_step`] with the gradient's and the picks' buffers
-    /// given.
-    fn adaptive_step_with(
+    /// The gradient's and the picks' buffers are `scratch` and `picks`.
+    fn adaptive_step(
         &mut self,
         a: &Csr,
         growth: &AdaptivePattern,
@@ -713,7 +685,7 @@ impl<T: Real> RowSystem<T> {
             stop,
             ..
         } = *growth;
-        self.candidates_into(a, step_size, scratch, picks);
+        self.candidates(a, step_size, scratch, picks);
         if picks.is_empty() {
             return StepOutcome::Exhausted;
         }
@@ -780,7 +752,8 @@ impl<T: Real> RowSystem<T> {
 
 /// The static pattern of row i: columns j < i within `power` steps of i in
 /// the graph of Ã (ascending).
-pub fn static_pattern(a: &Csr, diag: &[f64], i: usize, power: usize, prefilter: f64) -> Vec<u32> {
+#[cfg(test)]
+fn static_pattern(a: &Csr, diag: &[f64], i: usize, power: usize, prefilter: f64) -> Vec<u32> {
     let mut out = Vec::new();
     let mut scratch = PatternScratch::default();
     static_pattern_into(a, diag, (i, power, prefilter), &mut scratch, &mut out);
@@ -845,8 +818,8 @@ pub fn static_pattern_into(
 /// The finished rows of a chunk: G's rows one after the other, and the
 /// statistics' counts.
 struct ChunkRows {
-    cols: Vec<u32>,
-    values: Vec<f64>,
+    /// (column, value) of the rows, one row after the other.
+    entries: Vec<(u32, f64)>,
     /// Entries of each row.
     lengths: Vec<u32>,
     /// Entry k: rows that took k steps.
@@ -854,6 +827,18 @@ struct ChunkRows {
     fallback_rows: usize,
     /// Entries before the postfilter, summed over the rows.
     nnz_before_postfilter: usize,
+}
+
+impl ChunkRows {
+    /// The rows, each its (column, value) entries.
+    fn rows(&self) -> impl Iterator<Item = &[(u32, f64)]> + '_ {
+        let mut rest = self.entries.as_slice();
+        self.lengths.iter().map(move |&len| {
+            let (row, tail) = rest.split_at(len as usize);
+            rest = tail;
+            row
+        })
+    }
 }
 
 /// Row i of G appended to `out`, with `scratch`'s buffers.
@@ -885,7 +870,7 @@ fn setup_row<T: Real>(
         FsaiPattern::Adaptive(growth) => {
             let psi0 = row.psi;
             for _ in 0..growth.steps {
-                match row.adaptive_step_with(a, &growth, psi0, gradient, picks) {
+                match row.adaptive_step(a, &growth, psi0, gradient, picks) {
                     StepOutcome::Grown => steps_taken += 1,
                     StepOutcome::Stopped => {
                         steps_taken += 1;
@@ -905,8 +890,7 @@ fn setup_row<T: Real>(
         fallback |= !row.postfilter(a, s.postfilter, cols);
     }
     row.scaled_into(entries);
-    out.cols.extend(entries.iter().map(|e| e.0));
-    out.values.extend(entries.iter().map(|e| e.1));
+    out.entries.extend_from_slice(entries);
     out.lengths.push(entries.len() as u32);
     out.rows_by_steps[steps_taken] += 1;
     out.fallback_rows += usize::from(fallback);
@@ -921,8 +905,7 @@ fn setup_chunk<T: Real>(
     steps_max: usize,
 ) -> ChunkRows {
     let mut out = ChunkRows {
-        cols: Vec::new(),
-        values: Vec::new(),
+        entries: Vec::new(),
         lengths: Vec::with_capacity(rows.len()),
         rows_by_steps: vec![0; steps_max + 1],
         fallback_rows: 0,
@@ -961,21 +944,12 @@ pub fn fsai_setup(a: &Csr, s: &FsaiSettings) -> Result<FsaiFactor, SolveError> {
         .collect();
     let mut rows_by_steps = vec![0; steps_max + 1];
     let (mut fallback_rows, mut nnz0) = (0, 0);
-    let nnz: usize = chunks.iter().map(|c| c.cols.len()).sum();
-    let mut row_ptr = Vec::with_capacity(n + 1);
-    row_ptr.push(0);
-    let (mut cols, mut values) = (Vec::with_capacity(nnz), Vec::with_capacity(nnz));
     for chunk in &chunks {
         for (total, k) in rows_by_steps.iter_mut().zip(&chunk.rows_by_steps) {
             *total += k;
         }
         fallback_rows += chunk.fallback_rows;
         nnz0 += chunk.nnz_before_postfilter;
-        cols.extend_from_slice(&chunk.cols);
-        values.extend_from_slice(&chunk.values);
-        for &len in &chunk.lengths {
-            row_ptr.push(row_ptr.last().copied().unwrap_or(0) + len as usize);
-        }
     }
     if fallback_rows > 0 {
         log::warn!(
@@ -983,7 +957,8 @@ pub fn fsai_setup(a: &Csr, s: &FsaiSettings) -> Result<FsaiFactor, SolveError> {
              their last good pattern"
         );
     }
-    let g = Csr::new(n, row_ptr, cols, values).map_err(SolveError::Device)?;
+    let g =
+        Csr::from_rows(n, chunks.iter().flat_map(ChunkRows::rows)).map_err(SolveError::Device)?;
     let nnz_a = a.nnz() as f64;
     Ok(FsaiFactor {
         stats: FsaiStats {
@@ -1068,6 +1043,14 @@ mod tests {
         }
         Csr::from_triplets(n, n, t).unwrap()
     }
+
+    /// One column per step, no stop rule (ε 0): the tests step a row by hand.
+    const ONE_COLUMN: AdaptivePattern = AdaptivePattern {
+        steps: 1,
+        step_size: 1,
+        epsilon: 0.0,
+        stop: FsaiStop::Stagnation,
+    };
 
     /// The static pattern is the set a plain breadth-first search with a
     /// hash set of the reached columns gives: the columns below i within
@@ -1230,9 +1213,10 @@ mod tests {
         for i in 0..a.n_rows() {
             let mut row = RowSystem::<f64>::new(&a, i);
             let psi0 = row.psi;
+            let (mut scratch, mut picks) = (GradientScratch::default(), Vec::new());
             for _ in 0..15 {
                 let before = row.psi;
-                match row.adaptive_step(&a, 1, 0.0, FsaiStop::Stagnation, psi0) {
+                match row.adaptive_step(&a, &ONE_COLUMN, psi0, &mut scratch, &mut picks) {
                     StepOutcome::Grown | StepOutcome::Stopped => steps += 1,
                     other => {
                         assert_eq!(other, StepOutcome::Exhausted, "row {i}");
@@ -1290,6 +1274,7 @@ mod tests {
         for i in 0..a.n_rows() {
             let mut row = RowSystem::<T>::new(a, i);
             let psi0 = row.psi;
+            let (mut scratch, mut picks) = (GradientScratch::default(), Vec::new());
             for _ in 0..31 {
                 let bits = |v: Vec<(T, u32)>| -> Vec<(u64, u32)> {
                     v.into_iter()
@@ -1303,7 +1288,8 @@ mod tests {
                     row.cols.len()
                 );
                 checked += 1;
-                if row.adaptive_step(a, 1, 0.0, FsaiStop::Stagnation, psi0) != StepOutcome::Grown {
+                let step = row.adaptive_step(a, &ONE_COLUMN, psi0, &mut scratch, &mut picks);
+                if step != StepOutcome::Grown {
                     break;
                 }
             }
