@@ -96,9 +96,13 @@ impl Csr {
         n_cols: usize,
         rows: impl IntoIterator<Item = R>,
     ) -> Result<Self, String> {
-        let mut row_ptr = vec![0];
-        let (mut cols, mut values) = (Vec::new(), Vec::new());
-        for row in rows {
+        // The rows first, so that the arrays are allocated once at their size.
+        let rows: Vec<R> = rows.into_iter().collect();
+        let nnz = rows.iter().map(|r| r.as_ref().len()).sum();
+        let mut row_ptr = Vec::with_capacity(rows.len() + 1);
+        row_ptr.push(0);
+        let (mut cols, mut values) = (Vec::with_capacity(nnz), Vec::with_capacity(nnz));
+        for row in &rows {
             let row = row.as_ref();
             cols.extend(row.iter().map(|e| e.0));
             values.extend(row.iter().map(|e| e.1));
