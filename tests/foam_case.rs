@@ -1007,10 +1007,11 @@ fn skew_solver(lines: &str, tag: &str) -> fvpoisson::case::LinearSolver {
 fn unchanged_dic_and_gamg_run_their_gpu_defaults_and_explicit_keys_win() {
     use fvpoisson::case::SolveTarget;
     // DIC, FDIC and IC(0) without `precision`: the GPU's AMG-PCG (the tuned
-    // V-cycle in mixed precision on the AMG's defaults).
+    // V-cycle in mixed precision, θ 1.8, on the AMG's other defaults).
     let amg_v_mixed = |p: &Preconditioner| {
         matches!(p, Preconditioner::Amg(s)
-            if (s.cycle, s.precision, s.passes, s.omega) == (CycleKind::V, Precision::Mixed, 2, 0.9))
+            if (s.cycle, s.precision, s.passes, s.omega, s.over_correction)
+                == (CycleKind::V, Precision::Mixed, 2, 0.9, 1.8))
     };
     // The shipped dictionary, `PCG; DIC;`, unchanged.
     let dic = read(&common::repo("cases/laplacian_foam_skew"))
@@ -1034,7 +1035,7 @@ fn unchanged_dic_and_gamg_run_their_gpu_defaults_and_explicit_keys_win() {
     assert_eq!(
         note,
         "T: DIC runs on the GPU as AMG-PCG, V-cycle in mixed precision, 2 matching passes, omega \
-         0.9 (faster to the same tolerance than Chebyshev(4) and level-scheduled DIC, its set-up \
+         0.9, over-correction 1.8 (faster to the same tolerance than Chebyshev(4) and level-scheduled DIC, its set-up \
          kept while the matrix holds: bench --preconditioners, docs/src/gpu.md)"
     );
     assert_eq!(SolveTarget::Cpu.gpu_note(&dic, "T"), None);
