@@ -1285,6 +1285,21 @@ impl FirstFailure {
         })
     }
 
+    /// Whether an error is recorded.
+    pub(crate) fn failed(&self) -> bool {
+        self.0.borrow().is_some()
+    }
+
+    /// The text of the recorded error, if any.
+    pub(crate) fn message(&self) -> Option<String> {
+        self.0.borrow().as_ref().map(ToString::to_string)
+    }
+
+    /// Records `e` in place of any earlier error.
+    pub(crate) fn record(&self, e: GpuError) {
+        *self.0.borrow_mut() = Some(e);
+    }
+
     /// The recorded error, if any, as a solve error.
     pub(crate) fn status(&self) -> Result<(), SolveError> {
         match &*self.0.borrow() {
