@@ -1967,6 +1967,17 @@ impl LaunchShape {
     }
 }
 
+/// An error unless `n` rows fit the kernels' 32-bit row indices; `what`
+/// is the error's subject and verb ("the GPU solver takes").
+pub(crate) fn check_row_count(n: usize, what: &str) -> Result<(), GpuError> {
+    if n >= i32::MAX as usize {
+        return Err(GpuError::Invalid(format!(
+            "{what} fewer than 2^31 rows, this matrix has {n}"
+        )));
+    }
+    Ok(())
+}
+
 /// Grid size of a vector kernel over n elements.
 pub fn vector_grid(n: usize) -> u32 {
     n.div_ceil(VECTOR_BLOCK as usize) as u32
