@@ -1131,36 +1131,15 @@ impl Source<'_> {
         name: &str,
         krylov: &mut Option<KrylovMethod>,
     ) -> Result<(), CaseError> {
-        type KeyText = Option<(Range<usize>, String)>;
-        let keys: [(&str, KeyText); 4] = [
-            (
-                "nKrylov",
-                entry
-                    .n_krylov
-                    .as_ref()
-                    .map(|v| (v.span(), v.get_ref().to_string())),
-            ),
-            (
-                "orthogonalisation",
-                entry
-                    .orthogonalisation
-                    .as_ref()
-                    .map(|v| (v.span(), v.get_ref().clone())),
-            ),
-            (
-                "preconditioningSide",
-                entry
-                    .preconditioning_side
-                    .as_ref()
-                    .map(|v| (v.span(), v.get_ref().clone())),
-            ),
-            (
-                "flexible",
-                entry
-                    .flexible
-                    .as_ref()
-                    .map(|v| (v.span(), v.get_ref().to_string())),
-            ),
+        // Each key's span and its value as text, for `GmresSettings::set`.
+        fn text<T: ToString>(v: &Option<Spanned<T>>) -> Option<(Range<usize>, String)> {
+            v.as_ref().map(|v| (v.span(), v.get_ref().to_string()))
+        }
+        let keys = [
+            ("nKrylov", text(&entry.n_krylov)),
+            ("orthogonalisation", text(&entry.orthogonalisation)),
+            ("preconditioningSide", text(&entry.preconditioning_side)),
+            ("flexible", text(&entry.flexible)),
         ];
         for (key, value) in keys {
             let Some((span, text)) = value else { continue };

@@ -39,8 +39,8 @@
 //! `fixedFluxPressure`.
 
 use super::simple::{
-    correct_velocity, momentum_rhs, Convection, MomentumSolver, PressureSolve, Simple,
-    SimpleSettings,
+    add_deferred_correction, correct_velocity, momentum_rhs, Convection, MomentumSolver,
+    PressureSolve, Simple, SimpleSettings,
 };
 use super::{FlowError, VelocityCondition};
 use crate::foam::write::format_g;
@@ -569,21 +569,16 @@ impl<'m> Piso<'m> {
                 add_upwind_boundary(mesh, slots, bc, &phi, values, &mut source);
                 if scheme != Convection::Upwind {
                     let grad = system.gradient(&u_c);
-                    let centres = &geometry.cell_centres;
-                    for f in 0..first {
-                        let (o, n) = (owner[f] as usize, neighbour[f] as usize);
-                        let (to_o, to_n) = &offsets[f];
-                        let correction = scheme.correction(
-                            phi[f],
-                            geometry.weights[f],
-                            (u_c[o], u_c[n]),
-                            (&grad[o], &grad[n]),
-                            (to_o, to_n),
-                            &(centres[n] - centres[o]),
-                        );
-                        source[o] -= phi[f] * correction;
-                        source[n] += phi[f] * correction;
-                    }
+                    let field = (u_c.as_slice(), grad.as_slice());
+                    add_deferred_correction(
+                        mesh,
+                        geometry,
+                        scheme,
+                        &phi,
+                        field,
+                        &offsets,
+                        &mut source,
+                    );
                 }
                 if !convection.bounded {
                     add_flux_divergence(mesh, slots, &phi, values, 1.0);

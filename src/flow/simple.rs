@@ -805,32 +805,19 @@ impl<'m> Simple<'m> {
             Convection::Upwind => None,
             _ => Some(system.gradient(u_c)),
         };
-        let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
-        let first = mesh.n_internal_faces();
-        let to_face = match &gradient {
-            Some(_) => self.face_offsets(),
-            None => &[],
-        };
         let values = matrix.values_mut();
         // Upwind, and the bounded form's −(∇·φ) U_P (`fvm::convection`).
         add_upwind_internal(mesh, slots, &self.phi, values);
-        for f in 0..first {
-            let (o, n) = (owner[f] as usize, neighbour[f] as usize);
-            let flux = self.phi[f];
-            if let Some(grad) = &gradient {
-                let delta = self.geometry.cell_centres[n] - self.geometry.cell_centres[o];
-                let (to_o, to_n) = &to_face[f];
-                let correction = self.settings.convection.correction(
-                    flux,
-                    self.geometry.weights[f],
-                    (u_c[o], u_c[n]),
-                    (&grad[o], &grad[n]),
-                    (to_o, to_n),
-                    &delta,
-                );
-                source[o] -= flux * correction;
-                source[n] += flux * correction;
-            }
+        if let Some(grad) = &gradient {
+            add_deferred_correction(
+                mesh,
+                self.geometry,
+                self.settings.convection,
+                &self.phi,
+                (u_c, grad),
+                self.face_offsets(),
+                &mut source,
+            );
         }
         // F_b (valueInternal U_P + valueBoundary) − F_b U_P.
         add_upwind_boundary(mesh, slots, bc, &self.phi, values, &mut source);
@@ -1118,6 +1105,38 @@ impl<'m> Simple<'m> {
             }
         }
         Ok(reports)
+    }
+}
+
+/// Adds the deferred correction of the higher-order `scheme` on the
+/// internal faces (flux times its face value less upwind's) to the
+/// momentum right-hand side `source` of component values and gradients
+/// `field`, `to_face` as [`Simple::face_offsets`] gives them: the term
+/// SIMPLE and PISO share.
+pub(crate) fn add_deferred_correction(
+    mesh: &Mesh,
+    geometry: &Geometry,
+    scheme: Convection,
+    phi: &[f64],
+    (u_c, grad): (&[f64], &[Vec3]),
+    to_face: &[(Vec3, Vec3)],
+    source: &mut [f64],
+) {
+    let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
+    let centres = &geometry.cell_centres;
+    for f in 0..mesh.n_internal_faces() {
+        let (o, n) = (owner[f] as usize, neighbour[f] as usize);
+        let (to_o, to_n) = &to_face[f];
+        let correction = scheme.correction(
+            phi[f],
+            geometry.weights[f],
+            (u_c[o], u_c[n]),
+            (&grad[o], &grad[n]),
+            (to_o, to_n),
+            &(centres[n] - centres[o]),
+        );
+        source[o] -= phi[f] * correction;
+        source[n] += phi[f] * correction;
     }
 }
 

@@ -56,7 +56,7 @@ use super::matrix::DeviceModSell;
 use super::pcg::{
     initial_norms_of, launch_initial_norms, GpuSolveOptions, LaunchMode, NormBuffers,
 };
-use super::{arg_or_null, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{arg_or_null, check_row_count, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::bicgstab::VSMALL;
 use crate::solve::pcg::{check_divergence, check_residual, record};
 use crate::solve::{SolveError, SolverControls, SolverPerformance, StopRule};
@@ -245,11 +245,7 @@ impl<'g> DeviceBicgstab<'g> {
         lanes: usize,
         options: &GpuSolveOptions,
     ) -> Result<Self, GpuError> {
-        if n >= i32::MAX as usize {
-            return Err(GpuError::Invalid(format!(
-                "the GPU PBiCGStab takes fewer than 2^31 rows, this matrix has {n}"
-            )));
-        }
+        check_row_count(n, "the GPU PBiCGStab takes")?;
         if !(1..=MAX_LANES).contains(&lanes) {
             return Err(GpuError::Invalid(format!(
                 "the GPU PBiCGStab solves 1 to {MAX_LANES} systems at once, not {lanes}"

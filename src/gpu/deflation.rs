@@ -36,14 +36,12 @@
 //! reference's except that x moves by −α Z a before +α p (the loop reads
 //! only r, so the iterates are the same; x differs by rounding).
 
-use std::cell::RefCell;
-
 use cudarc::driver::CudaSlice;
 use nalgebra::DMatrix;
 
 use super::amg::{dense_symmetric_inverse, DenseInverseWork};
 use super::matrix::DeviceModSell;
-use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuVector, LoopProjection};
+use super::pcg::{FirstFailure, GpuCgBackend, GpuSolveOptions, GpuVector, LoopProjection};
 use super::registered::device_preconditioner;
 use super::setup::{SetupPhase, SetupSpans};
 use super::{arg_or_null, Gpu, GpuError};
@@ -81,7 +79,7 @@ pub struct DeviceDeflation<'g> {
     restricted: CudaSlice<f64>,
     /// a = E⁻¹ Zᵀ v of the last projection.
     correction: CudaSlice<f64>,
-    failure: RefCell<Option<GpuError>>,
+    failure: FirstFailure,
     /// The set-up's phases ([`Self::new_timed`]; empty otherwise).
     setup_phases: Vec<SetupPhase>,
     /// [`LoopProjection::id`].
@@ -216,7 +214,7 @@ impl<'g> DeviceDeflation<'g> {
             e_inverse,
             restricted: gpu.zeros(k)?,
             correction: gpu.zeros(k)?,
-            failure: RefCell::new(None),
+            failure: FirstFailure::default(),
             setup_phases: Vec::new(),
             id: super::unique_buffers_id(),
         };
@@ -323,16 +321,6 @@ impl<'g> DeviceDeflation<'g> {
             arg_or_null(a, state);
         })
     }
-
-    fn guarded<T>(&self, fallback: T, work: impl FnOnce() -> Result<T, GpuError>) -> T {
-        if self.failure.borrow().is_some() {
-            return fallback;
-        }
-        work().unwrap_or_else(|e| {
-            *self.failure.borrow_mut() = Some(e);
-            fallback
-        })
-    }
 }
 
 /// E⁻¹ of the symmetric part of the k × k row-major `e` on the device, as
@@ -371,11 +359,12 @@ pub fn coarse_inverse_on_device(
 
 impl DeflationOps<GpuVector> for DeviceDeflation<'_> {
     fn project(&self, v: &mut GpuVector) {
-        self.guarded((), || self.launch_project(v.dev()?, None))
+        self.failure
+            .guarded((), || self.launch_project(v.dev()?, None))
     }
 
     fn prolong_add(&self, s: f64, x: &mut GpuVector) {
-        self.guarded((), || {
+        self.failure.guarded((), || {
             let n = self.n as i32;
             let x = x.dev()?;
             self.gpu.launch_vector("defl_prolong_add", self.n, |a| {
@@ -389,10 +378,7 @@ impl DeflationOps<GpuVector> for DeviceDeflation<'_> {
     }
 
     fn device_status(&self) -> Result<(), SolveError> {
-        match &*self.failure.borrow() {
-            Some(e) => Err(SolveError::Device(e.to_string())),
-            None => Ok(()),
-        }
+        self.failure.status()
     }
 }
 

@@ -96,6 +96,18 @@ pub(super) struct DeviceLevels {
     rows: Rc<CudaSlice<i32>>,
 }
 
+/// The row list 0..n written on the device (`ic_identity_rows`): a
+/// colour-contiguous order's rows, listed without an upload.
+pub(super) fn identity_rows(gpu: &Gpu, n: usize) -> Result<CudaSlice<i32>, GpuError> {
+    // Every row written by ic_identity_rows.
+    let rows = unzeroed::<i32>(gpu, n)?;
+    let n32 = n as i32;
+    gpu.launch_vector("ic_identity_rows", n, |a| {
+        a.arg(&n32).arg(&rows);
+    })?;
+    Ok(rows)
+}
+
 impl DeviceLevels {
     pub(super) fn upload(gpu: &Gpu, s: &LevelSchedule) -> Result<Self, GpuError> {
         let rows: Vec<i32> = s.rows().iter().map(|&r| r as i32).collect();
@@ -133,12 +145,7 @@ impl DeviceLevels {
         reverse: bool,
     ) -> Result<Self, GpuError> {
         let n = colour_ptr.last().copied().unwrap_or(0);
-        // Every row written by ic_identity_rows.
-        let rows = unzeroed::<i32>(gpu, n)?;
-        let n32 = n as i32;
-        gpu.launch_vector("ic_identity_rows", n, |a| {
-            a.arg(&n32).arg(&rows);
-        })?;
+        let rows = identity_rows(gpu, n)?;
         let mut bounds: Vec<(i32, i32)> = colour_ptr
             .windows(2)
             .map(|w| ((w[1] - w[0]) as i32, w[0] as i32))

@@ -28,7 +28,7 @@ use super::pcg::{
     initial_norms, read_sums, vector_sum, FirstFailure, GpuSolveOptions, GpuSolver, GpuVector,
     NormBuffers,
 };
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, check_row_count, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::bicgstab::bicgstab;
 use crate::solve::cpu::{check_inputs, openfoam_row_sums};
 use crate::solve::gmres::gmres;
@@ -116,11 +116,7 @@ impl<'g> GpuKrylovBackend<'g> {
         precond: Box<dyn DevicePreconditioner + 'g>,
     ) -> Result<Self, GpuError> {
         let n = matrix.n;
-        if n >= i32::MAX as usize {
-            return Err(GpuError::Invalid(format!(
-                "the GPU Krylov solvers need fewer than 2^31 rows, this matrix has {n}"
-            )));
-        }
+        check_row_count(n, "the GPU Krylov solvers need")?;
         let grid = vector_grid(n) as usize;
         let scratch = Scratch {
             partials: gpu.zeros((KR_BATCH * grid).max(2 * matrix.n_slices()))?,

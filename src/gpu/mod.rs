@@ -1653,12 +1653,7 @@ impl Gpu {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let mut guard = self.staging.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.is_none() {
-            *guard = Some(self.new_staging()?);
-        }
-        let Some(staging) = guard.as_mut() else {
-            unreachable!("allocated above")
-        };
+        let staging = self.staging_in(&mut guard)?;
         let per_piece = STAGING_BYTES / size / per_unit;
         for (piece, first) in (0..units).step_by(per_piece).enumerate() {
             let end = (first + per_piece).min(units);
@@ -1705,6 +1700,16 @@ impl Gpu {
                 .zip(source.par_chunks(1 << 16))
                 .for_each(|(to, from)| to.clone_from_slice(from));
         })
+    }
+
+    /// The staging buffers kept in `slot` (the locked `staging` field),
+    /// allocated there at their first use by an upload or a download.
+    fn staging_in<'s>(&self, slot: &'s mut Option<Staging>) -> Result<&'s mut Staging, GpuError> {
+        let staging = match slot.take() {
+            Some(staging) => staging,
+            None => self.new_staging()?,
+        };
+        Ok(slot.insert(staging))
     }
 
     fn new_staging(&self) -> Result<Staging, GpuError> {
@@ -1821,12 +1826,7 @@ impl Gpu {
         use rayon::prelude::*;
         let per_piece = STAGING_BYTES / size_of::<T>();
         let mut guard = self.staging.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.is_none() {
-            *guard = Some(self.new_staging()?);
-        }
-        let Some(staging) = guard.as_mut() else {
-            unreachable!("allocated above")
-        };
+        let staging = self.staging_in(&mut guard)?;
         let pieces: Vec<(usize, usize)> = (0..host.len())
             .step_by(per_piece)
             .map(|first| (first, (first + per_piece).min(host.len())))
@@ -1965,6 +1965,17 @@ impl LaunchShape {
             cooperative: false,
         }
     }
+}
+
+/// An error unless `n` rows fit the kernels' 32-bit row indices; `what`
+/// is the error's subject and verb ("the GPU solver takes").
+pub(crate) fn check_row_count(n: usize, what: &str) -> Result<(), GpuError> {
+    if n >= i32::MAX as usize {
+        return Err(GpuError::Invalid(format!(
+            "{what} fewer than 2^31 rows, this matrix has {n}"
+        )));
+    }
+    Ok(())
 }
 
 /// Grid size of a vector kernel over n elements.

@@ -103,7 +103,7 @@ use cudarc::nccl::safe::{group_end, group_start, Comm, ReduceOp};
 use super::amg::DeviceCsr;
 use super::matrix::DeviceModSell;
 use super::pcg::{
-    chunk_records, chunk_state, launch_direction, DirectionBeta, GpuVector, STATE_LEN,
+    chunk_records, chunk_state, launch_direction, DirectionBeta, FirstFailure, GpuVector, STATE_LEN,
 };
 use super::peer::{self, PeerLinks, VectorSums, PEER_TIMEOUT};
 use super::smooth::DevicePreconditioner;
@@ -521,7 +521,7 @@ pub struct MultiGpuBackend<'g> {
     /// measure of the communication share only).
     exchange: Cell<bool>,
     reduction: Cell<Reduction>,
-    failure: RefCell<Option<GpuError>>,
+    failure: FirstFailure,
 }
 
 impl<'g> MultiGpuBackend<'g> {
@@ -659,7 +659,7 @@ impl<'g> MultiGpuBackend<'g> {
             peers: None,
             exchange: Cell::new(true),
             reduction: Cell::new(Reduction::HostRead),
-            failure: RefCell::new(None),
+            failure: FirstFailure::default(),
         })
     }
 
@@ -750,7 +750,7 @@ impl<'g> MultiGpuBackend<'g> {
                 }),
                 exchange: Cell::new(true),
                 reduction: Cell::new(Reduction::HostRead),
-                failure: RefCell::new(None),
+                failure: FirstFailure::default(),
             })
         };
         // Every rank set up, or every rank returns an error: none waits in
@@ -1195,17 +1195,6 @@ impl<'g> MultiGpuBackend<'g> {
         first.gpu.download_prefix(&first.scalars.borrow(), count)
     }
 
-    /// Runs `work` unless an earlier call failed; records its error.
-    fn guarded<T>(&self, fallback: T, work: impl FnOnce() -> Result<T, GpuError>) -> T {
-        if self.failure.borrow().is_some() {
-            return fallback;
-        }
-        work().unwrap_or_else(|e| {
-            *self.failure.borrow_mut() = Some(e);
-            fallback
-        })
-    }
-
     /// Each of this process's ranks' sum of `what` (block partials, then
     /// `reduce_partials`, read back), in the backend's rank order.
     pub(super) fn rank_sums(&self, what: Partials) -> Result<Vec<f64>, GpuError> {
@@ -1241,7 +1230,9 @@ impl<'g> MultiGpuBackend<'g> {
     /// rank's device failed (a NaN contribution), so that no rank waits for
     /// it.
     pub(super) fn global_sum(&self, what: Partials) -> f64 {
-        let local = self.guarded(f64::NAN, || Ok(self.rank_sums(what)?.iter().sum()));
+        let local = self
+            .failure
+            .guarded(f64::NAN, || Ok(self.rank_sums(what)?.iter().sum()));
         let mut total = [local];
         comm_of(self).sum(&mut total);
         total[0]
@@ -1809,7 +1800,7 @@ impl Executor for MultiGpuBackend<'_> {
             .ranks
             .iter()
             .map(|r| {
-                self.guarded(GpuVector::missing(), || {
+                self.failure.guarded(GpuVector::missing(), || {
                     r.gpu.zeros(r.n_owned).map(GpuVector::from)
                 })
             })
@@ -1860,10 +1851,7 @@ impl Executor for MultiGpuBackend<'_> {
     }
 
     fn device_status(&self) -> Result<(), SolveError> {
-        match self.failure.borrow().as_ref() {
-            Some(e) => Err(SolveError::Device(e.to_string())),
-            None => Ok(()),
-        }
+        self.failure.status()
     }
 }
 
@@ -1957,7 +1945,8 @@ impl CgBackend for MultiGpuBackend<'_> {
         if let Some(peers) = &self.peers {
             return self.rank_device_chunk(peers, rule, state, count, &v);
         }
-        self.guarded(Vec::new(), || self.device_chunk(rule, state, count, &v))
+        self.failure
+            .guarded(Vec::new(), || self.device_chunk(rule, state, count, &v))
     }
 }
 

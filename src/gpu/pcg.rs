@@ -58,7 +58,7 @@ use super::graphs::GraphCache;
 use super::ic::{in_original_rows, DeviceIncompleteCholesky, IcKind};
 use super::matrix::DeviceModSell;
 use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, check_row_count, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::cpu::{check_system, openfoam_row_sums};
 use crate::solve::{
     pcg, CgBackend, CgVectors, Equilibration, EquilibrationKind, Executor, InitialNorms,
@@ -352,11 +352,7 @@ impl<'g> GpuCgBackend<'g> {
         options: &GpuSolveOptions,
     ) -> Result<Self, GpuError> {
         let n = matrix.n;
-        if n >= i32::MAX as usize {
-            return Err(GpuError::Invalid(format!(
-                "the GPU solver takes fewer than 2^31 rows, this matrix has {n}"
-            )));
-        }
+        check_row_count(n, "the GPU solver takes")?;
         let mut lengths = vec![("row sums", row_sums.len())];
         lengths.extend(inv_diag.as_ref().map(|d| ("inverse diagonal", d.len())));
         if let Some(s) = &scaling {
@@ -1283,6 +1279,21 @@ impl FirstFailure {
             *self.0.borrow_mut() = Some(e);
             fallback
         })
+    }
+
+    /// Whether an error is recorded.
+    pub(crate) fn failed(&self) -> bool {
+        self.0.borrow().is_some()
+    }
+
+    /// The text of the recorded error, if any.
+    pub(crate) fn message(&self) -> Option<String> {
+        self.0.borrow().as_ref().map(ToString::to_string)
+    }
+
+    /// Records `e` in place of any earlier error.
+    pub(crate) fn record(&self, e: GpuError) {
+        *self.0.borrow_mut() = Some(e);
     }
 
     /// The recorded error, if any, as a solve error.

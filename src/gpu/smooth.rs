@@ -31,7 +31,7 @@ use std::rc::Rc;
 use cudarc::driver::CudaSlice;
 
 use super::amg::gpu_amg_settings;
-use super::ic::{widen, BlockIcStructure, DeviceBlockIc, BLOCK_IC_KERNELS};
+use super::ic::{identity_rows, widen, BlockIcStructure, DeviceBlockIc, BLOCK_IC_KERNELS};
 use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, PcgSolve, ScaledSystem};
 use super::polynomial::DevicePolynomial;
@@ -228,14 +228,7 @@ impl DeviceColouring {
         // A colour-contiguous order's list is 0..n (a flag of the
         // colouring, no pass over the rows): written on the device.
         let rows = match colouring.is_contiguous() {
-            true => {
-                let rows = gpu.zeros::<i32>(n)?;
-                let n32 = n as i32;
-                gpu.launch_vector("ic_identity_rows", n, |a| {
-                    a.arg(&n32).arg(&rows);
-                })?;
-                rows
-            }
+            true => identity_rows(gpu, n)?,
             false => {
                 let rows: Vec<i32> = colouring.rows().iter().map(|&r| r as i32).collect();
                 gpu.upload(&rows)?

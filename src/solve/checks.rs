@@ -72,6 +72,13 @@ pub fn check_inputs(
     let n = square_size(a)?;
     check_size("right-hand side b", n, b.len())?;
     check_size("initial guess x", n, x.len())?;
+    check_finite_matrix(a)?;
+    check_values(b, x, controls)
+}
+
+/// An error naming the row of `a`'s first value that is not finite: the
+/// matrix check of [`check_inputs`], which AMG's set-up makes alone.
+pub(crate) fn check_finite_matrix(a: &Csr) -> Result<(), SolveError> {
     if let Some(slot) = a.values().iter().position(|v| !v.is_finite()) {
         return Err(SolveError::NonFinite {
             what: "matrix",
@@ -79,7 +86,7 @@ pub fn check_inputs(
             value: a.values()[slot],
         });
     }
-    check_values(b, x, controls)
+    Ok(())
 }
 
 /// An error naming `what` unless it has the `expected` number of entries

@@ -10,6 +10,7 @@
 //! `solve::distributed`).
 
 use std::marker::PhantomData;
+use std::ops::Range;
 
 use super::reduce::CHUNK;
 use super::split::{SplitMatrix, TriangleRows};
@@ -98,19 +99,31 @@ impl<'a> Dic<'a> {
     /// still in cache, instead of in a pass of its own over r and w.
     pub fn sweeps_dot(&self, r: &[f64], w: &mut [f64]) -> f64 {
         self.forward(r, w);
-        let n = w.len();
-        let mut partials = vec![0.0; n.div_ceil(CHUNK)];
-        for (c, partial) in partials.iter_mut().enumerate().rev() {
-            let rows = c * CHUNK..((c + 1) * CHUNK).min(n);
-            self.upper.backward(w, rows.clone());
-            *partial = r[rows.clone()]
-                .iter()
-                .zip(&w[rows])
-                .map(|(r, w)| r * w)
-                .sum::<f64>();
-        }
-        partials.iter().sum()
+        backward_dot(r, w, |w, rows| self.upper.backward(w, rows))
     }
+}
+
+/// r · w with [`reduce::dot`](super::reduce::dot)'s bits, each chunk of
+/// `reduce::CHUNK` rows (last chunk first) summed right after `backward`
+/// has swept it, while it is in cache: the end of both DIC factors'
+/// `sweeps_dot`.
+fn backward_dot(
+    r: &[f64],
+    w: &mut [f64],
+    mut backward: impl FnMut(&mut [f64], Range<usize>),
+) -> f64 {
+    let n = w.len();
+    let mut partials = vec![0.0; n.div_ceil(CHUNK)];
+    for (c, partial) in partials.iter_mut().enumerate().rev() {
+        let rows = c * CHUNK..((c + 1) * CHUNK).min(n);
+        backward(w, rows.clone());
+        *partial = r[rows.clone()]
+            .iter()
+            .zip(&w[rows])
+            .map(|(r, w)| r * w)
+            .sum::<f64>();
+    }
+    partials.iter().sum()
 }
 
 impl LinearOperator for Dic<'_> {
@@ -327,20 +340,11 @@ impl DicFactor {
     /// triangles was as large again).
     pub fn sweeps_dot(&self, split: &SplitMatrix, r: &[f64], w: &mut [f64]) -> f64 {
         self.forward(split, r, w);
-        let n = w.len();
-        let mut partials = vec![0.0; n.div_ceil(CHUNK)];
-        for (c, partial) in partials.iter_mut().enumerate().rev() {
-            let rows = c * CHUNK..((c + 1) * CHUNK).min(n);
+        backward_dot(r, w, |w, rows| {
             split
                 .upper_rows()
-                .backward_scaled(w, &self.reciprocal_d, rows.clone());
-            *partial = r[rows.clone()]
-                .iter()
-                .zip(&w[rows])
-                .map(|(r, w)| r * w)
-                .sum::<f64>();
-        }
-        partials.iter().sum()
+                .backward_scaled(w, &self.reciprocal_d, rows)
+        })
     }
 }
 

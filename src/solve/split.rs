@@ -959,12 +959,7 @@ impl TriangleRows {
         for (r, f) in factor.iter().enumerate() {
             values.extend(self.values[self.row(r)].iter().map(|v| v * f));
         }
-        TriangleRows {
-            start: Arc::clone(&self.start),
-            start32: Arc::clone(&self.start32),
-            cols: Arc::clone(&self.cols),
-            values,
-        }
+        self.with_values(values)
     }
 
     pub fn values_mut(&mut self) -> &mut [f64] {

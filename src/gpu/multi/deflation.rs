@@ -153,16 +153,17 @@ impl DeflationOps<MultiVector> for MultiGpuDeflation<'_, '_> {
         let mut c = vec![0.0; self.coarse.size()];
         let sums = self
             .backend
+            .failure
             .guarded(None, || self.backend.rank_sums(Partials::Sum(v)).map(Some));
         for (j, r) in self.backend.ranks.iter().enumerate() {
             c[r.index] = sums.as_ref().map_or(f64::NAN, |s| s[j]);
         }
         let a = self.coarse.correction(comm_of(self.backend), c);
-        self.backend.guarded((), || self.subtract(&a, v))
+        self.backend.failure.guarded((), || self.subtract(&a, v))
     }
 
     fn prolong_add(&self, s: f64, x: &mut MultiVector) {
-        self.backend.guarded((), || {
+        self.backend.failure.guarded((), || {
             for (k, (r, az)) in self.backend.ranks.iter().zip(&self.ranks).enumerate() {
                 let (n, xv, a_dev) = (r.n32(), x.part(k)?, az.correction.borrow());
                 // Slot 0 of the ELL: the rank's own index on every row.

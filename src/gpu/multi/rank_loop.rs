@@ -362,7 +362,7 @@ impl<'g> MultiGpuBackend<'g> {
         }
     }
 
-    /// `guarded` for one step of the host-driven PCG; on a rank of a
+    /// `failure.guarded` for one step of the host-driven PCG; on a rank of a
     /// distributed run whose step fails (or failed before), the collectives
     /// of the step it did not make are joined with NaN contributions.
     pub(super) fn step<T>(
@@ -372,14 +372,14 @@ impl<'g> MultiGpuBackend<'g> {
         work: impl FnOnce() -> Result<T, GpuError>,
     ) -> T {
         let Some(peers) = &self.peers else {
-            return self.guarded(fallback, work);
+            return self.failure.guarded(fallback, work);
         };
         peers.calls.set(0);
-        let value = self.guarded(fallback, || {
+        let value = self.failure.guarded(fallback, || {
             peers.injected()?;
             work()
         });
-        if self.failure.borrow().is_some() {
+        if self.failure.failed() {
             let calls = self.calls(step);
             let done = peers.calls.get().min(calls.len());
             let r = &self.ranks[0];
@@ -405,11 +405,7 @@ impl<'g> MultiGpuBackend<'g> {
         count: usize,
         v: &CgVectors<'_, MultiVector>,
     ) -> Vec<IterationRecord> {
-        let earlier = self
-            .failure
-            .borrow()
-            .as_ref()
-            .map(|e| GpuError::Invalid(e.to_string()));
+        let earlier = self.failure.message().map(GpuError::Invalid);
         // This rank's `RankChunk::run` (or `run_single`) on the calling thread.
         let run = || -> Result<(Vec<f64>, Vec<f64>), GpuError> {
             let host_state = chunk_state(rule, state, count);
@@ -431,7 +427,7 @@ impl<'g> MultiGpuBackend<'g> {
         match agreed_gpu(peers.comm, outcome) {
             Ok((records, st)) => chunk_records(&records, &st, state, count),
             Err(e) => {
-                *self.failure.borrow_mut() = Some(e);
+                self.failure.record(e);
                 Vec::new()
             }
         }
@@ -500,7 +496,7 @@ pub fn release_kept_comms() {
 impl Drop for MultiGpuBackend<'_> {
     fn drop(&mut self) {
         let Some(peers) = &self.peers else { return };
-        if self.failure.borrow().is_some() {
+        if self.failure.failed() {
             return;
         }
         let comms = (

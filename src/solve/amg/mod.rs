@@ -33,7 +33,7 @@ pub use galerkin::{galerkin, galerkin_values, Members};
 pub use matching::{pair_hash, pairwise_matching, Matching};
 
 use super::algorithm::{parse_switch, parse_value, set_pairs};
-use super::checks::{check_system, on_copies, square_size};
+use super::checks::{check_finite_matrix, check_system, on_copies, square_size};
 pub use super::scalar::Precision;
 use super::smooth_solver::{smooth_solve, CpuSmoothing};
 use super::smoother::{check_diagonal, PreconditionerSmoother};
@@ -398,13 +398,7 @@ fn coarsen(a: &Csr, settings: &AmgSettings) -> (Vec<Matching>, Csr) {
 /// non-empty, finite, positive diagonal.
 fn check_matrix(a: &Csr) -> Result<(), SolveError> {
     square_size(a)?;
-    if let Some(slot) = a.values().iter().position(|v| !v.is_finite()) {
-        return Err(SolveError::NonFinite {
-            what: "matrix",
-            row: a.row_ptr().partition_point(|&p| p <= slot) - 1,
-            value: a.values()[slot],
-        });
-    }
+    check_finite_matrix(a)?;
     check_diagonal(a, "AMG")
 }
 
