@@ -722,16 +722,29 @@ impl<'m> LaplacianSystem<'m> {
         let slots = shared_slots(&shared, &self.matrix, mesh);
         let sn_grad = self.schemes.sn_grad;
         let interpolation = self.schemes.gamma_interpolation;
-        // Γ_f|S_f| and the coefficient Γ_f|S_f|Δ_f of internal face f, the
-        // face's entries computed where they are read, the bits of the face
-        // geometry's arrays (see `SharedStructure::faces`).
+        // Γ_f|S_f| and the coefficient Γ_f|S_f|Δ_f of internal face f: from
+        // the face geometry's arrays where a flow solver had them built (its
+        // pressure equation is reassembled every corrector; a norm, a
+        // square root and two divisions a face fewer), else with the face's
+        // entries computed where they are read, the same bits (see
+        // `SharedStructure::faces`).
+        let stored = shared
+            .faces
+            .get()
+            .filter(|_| geometry.weights.len() == mesh.n_internal_faces());
         let face_coeffs = |f: usize| {
             let (o, n) = (owner[f] as usize, neighbour[f] as usize);
-            let (sf, w) = geometry.internal_area_and_weight(mesh, f);
+            let (mag_sf, delta_coeff, w) = match stored {
+                Some(faces) => (faces.mag_sf[f], faces.delta_coeffs[f], geometry.weights[f]),
+                None => {
+                    let (sf, w) = geometry.internal_area_and_weight(mesh, f);
+                    let face = FaceGeometry::internal_face_of(sf, geometry.delta(mesh, f), sn_grad);
+                    (face.mag_sf, face.delta_coeff, w)
+                }
+            };
             let gamma_f = interpolation.interpolate(gamma[o], gamma[n], w);
-            let face = FaceGeometry::internal_face_of(sf, geometry.delta(mesh, f), sn_grad);
-            let gamma_mag_sf = gamma_f * face.mag_sf;
-            (gamma_mag_sf, gamma_mag_sf * face.delta_coeff)
+            let gamma_mag_sf = gamma_f * mag_sf;
+            (gamma_mag_sf, gamma_mag_sf * delta_coeff)
         };
         let (row_ptr, values) = self.matrix.row_ptr_and_values_mut();
         values.fill(0.0);

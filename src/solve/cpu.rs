@@ -25,11 +25,12 @@ pub use super::row_sums::openfoam_row_sums;
 
 /// A preconditioner the backend borrows, or one it was handed once the
 /// initial residual showed that the solve iterates ([`CpuBackend::preconditioned`]),
-/// or DIC's factor, which sweeps the backend's own split rows ([`CpuBackend::dic`]).
+/// or DIC's or DILU's factor, which sweeps the backend's own split rows
+/// ([`CpuBackend::dic`], [`CpuBackend::dilu`]).
 enum Preconditioning<'a> {
     Borrowed(&'a dyn LinearOperator),
     Owned(Box<dyn LinearOperator + 'a>),
-    Dic(DicFactor),
+    SplitFactor(DicFactor),
 }
 
 impl Preconditioning<'_> {
@@ -37,7 +38,7 @@ impl Preconditioning<'_> {
         match self {
             Preconditioning::Borrowed(p) => p.n(),
             Preconditioning::Owned(p) => p.n(),
-            Preconditioning::Dic(f) => f.n(),
+            Preconditioning::SplitFactor(f) => f.n(),
         }
     }
 
@@ -45,7 +46,7 @@ impl Preconditioning<'_> {
         match self {
             Preconditioning::Borrowed(p) => p.is_linear(),
             Preconditioning::Owned(p) => p.is_linear(),
-            Preconditioning::Dic(_) => true,
+            Preconditioning::SplitFactor(_) => true,
         }
     }
 }
@@ -138,9 +139,34 @@ impl<'a> CpuBackend<'a> {
         let factor = DicFactor::of_split(&self.split)?;
         Ok(Self {
             flexible: false,
-            precond: Preconditioning::Dic(factor),
+            precond: Preconditioning::SplitFactor(factor),
             ..self
         })
+    }
+
+    /// This backend with OpenFOAM's DILU of its split rows
+    /// ([`dilu_factor`](super::ilu::dilu_factor)): as [`Self::dic`], 1/d*
+    /// alone, the sweeps reading the rows the product reads. For the Krylov
+    /// methods ([`CpuKrylovBackend::on_backend`](super::krylov::CpuKrylovBackend::on_backend)):
+    /// the momentum equations' PBiCGStab-DILU sets up in one pass over the
+    /// rows. Errors as [`dilu_factor`](super::ilu::dilu_factor)'s.
+    pub fn dilu(self) -> Result<Self, SolveError> {
+        let factor = super::ilu::dilu_factor(&self.split)?;
+        Ok(Self {
+            flexible: false,
+            precond: Preconditioning::SplitFactor(factor),
+            ..self
+        })
+    }
+
+    /// z = M⁻¹ r with this backend's preconditioner, without PCG's r · z
+    /// ([`CgBackend::precondition`]): the Krylov methods' step.
+    pub(super) fn apply_preconditioner(&self, r: &[f64], z: &mut [f64]) {
+        match &self.precond {
+            Preconditioning::Borrowed(p) => p.apply(r, z),
+            Preconditioning::Owned(p) => p.apply(r, z),
+            Preconditioning::SplitFactor(f) => f.sweeps(&self.split, r, z),
+        }
     }
 
     /// PCG on the scaled matrix `scaled` = S A S of `equilibration` with the
@@ -261,7 +287,7 @@ impl CgBackend for CpuBackend<'_> {
         match &self.precond {
             Preconditioning::Borrowed(p) => p.apply_dot(r, z),
             Preconditioning::Owned(p) => p.apply_dot(r, z),
-            Preconditioning::Dic(f) => f.sweeps_dot(&self.split, r, z),
+            Preconditioning::SplitFactor(f) => f.sweeps_dot(&self.split, r, z),
         }
     }
 

@@ -191,6 +191,21 @@ pub fn solve_krylov(
         }
         (m, _) => m,
     };
+    // DIC and DILU sweep the rows the backend's product reads: one split
+    // of the matrix per solve, and 1/d* besides it.
+    let on_split_rows = match preconditioner {
+        Preconditioner::Kind(PreconditionerKind::Dilu) => {
+            Some(CpuBackend::unpreconditioned(a).dilu())
+        }
+        Preconditioner::Kind(PreconditionerKind::Dic) => {
+            Some(CpuBackend::unpreconditioned(a).dic())
+        }
+        _ => None,
+    };
+    if let Some(backend) = on_split_rows {
+        let backend = CpuKrylovBackend::on_backend(backend?);
+        return krylov_on(&backend, &method, b, x, controls, field);
+    }
     let precond = preconditioner.build(a)?;
     solve_krylov_with(a, &method, precond.as_ref(), b, x, controls, field)
 }
@@ -208,10 +223,28 @@ pub fn solve_krylov_with(
 ) -> Result<super::SolverPerformance, SolveError> {
     check_inputs(a, b, x, controls)?;
     check_size("preconditioner", a.n_rows(), precond.n())?;
-    let backend = CpuKrylovBackend::new(a, precond);
+    krylov_on(
+        &CpuKrylovBackend::new(a, precond),
+        method,
+        b,
+        x,
+        controls,
+        field,
+    )
+}
+
+/// `method` on `backend` (inputs checked).
+fn krylov_on(
+    backend: &CpuKrylovBackend<'_>,
+    method: &KrylovMethod,
+    b: &[f64],
+    x: &mut [f64],
+    controls: &SolverControls,
+    field: &str,
+) -> Result<SolverPerformance, SolveError> {
     on_copies(b, x, |b, x| match method {
-        KrylovMethod::Gmres(s) => super::gmres::gmres(&backend, b, x, controls, s, field),
-        KrylovMethod::BiCgStab => super::bicgstab::bicgstab(&backend, b, x, controls, field),
+        KrylovMethod::Gmres(s) => super::gmres::gmres(backend, b, x, controls, s, field),
+        KrylovMethod::BiCgStab => super::bicgstab::bicgstab(backend, b, x, controls, field),
     })
 }
 
@@ -235,6 +268,49 @@ mod tests {
         let mut x = [0.0, 0.0];
         let err = solve_pcg(&a, PreconditionerKind::Ic0, &b, &mut x, &controls, "T").unwrap_err();
         assert!(err.to_string().contains("pivot"), "{err}");
+    }
+
+    /// PBiCGStab and GMRES with DILU or DIC of the backend's split rows
+    /// (what `solve_krylov` runs) take the iterates of the stored
+    /// preconditioner's solve, bit for bit.
+    #[test]
+    fn krylov_with_split_row_factors_has_the_bits_of_the_stored_factors() {
+        use crate::solve::ic::Dic;
+        use crate::solve::ilu::dilu;
+        use crate::sparse::testing::{random_nonsymmetric, random_vector};
+        let a = random_nonsymmetric(3000, 7, 21);
+        let b = random_vector(3000, 22);
+        let controls = SolverControls::absolute(1e-12, 40);
+        let gmres = KrylovMethod::Gmres(GmresSettings::default());
+        for method in [KrylovMethod::BiCgStab, gmres] {
+            let stored: [(PreconditionerKind, Box<dyn LinearOperator>); 2] = [
+                (PreconditionerKind::Dilu, Box::new(dilu(&a).unwrap())),
+                (PreconditionerKind::Dic, Box::new(Dic::new(&a).unwrap())),
+            ];
+            for (kind, precond) in stored {
+                let mut x_split = vec![0.0; 3000];
+                let split = solve_krylov(&a, &method, kind, &b, &mut x_split, &controls, "U");
+                let mut x_stored = vec![0.0; 3000];
+                let kept = solve_krylov_with(
+                    &a,
+                    &method,
+                    precond.as_ref(),
+                    &b,
+                    &mut x_stored,
+                    &controls,
+                    "U",
+                );
+                let (split, kept) = (split.unwrap(), kept.unwrap());
+                assert!(split.iterations > 3, "{method} {kind:?}");
+                assert_eq!(split.iterations, kept.iterations, "{method} {kind:?}");
+                assert_eq!(
+                    bits(&split.history),
+                    bits(&kept.history),
+                    "{method} {kind:?}"
+                );
+                assert_eq!(bits(&x_split), bits(&x_stored), "{method} {kind:?}");
+            }
+        }
     }
 
     /// PCG-DIC with the matrix's values lent out: the iterates, residuals

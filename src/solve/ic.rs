@@ -265,13 +265,7 @@ impl LinearOperator for PlacedDic {
 /// (`calcReciprocalD`); an error names the row of a missing or
 /// non-positive diagonal entry, or where the factorisation breaks down.
 fn modified_diagonal(split: &SplitMatrix) -> Result<Vec<f64>, SolveError> {
-    if let Some(row) = split.diag().iter().position(|&d| d.is_nan() || d <= 0.0) {
-        return Err(SolveError::NonPositiveDiagonal {
-            precond: "DIC",
-            row,
-            value: split.diag()[row],
-        });
-    }
+    check_positive_diagonal(split, "DIC")?;
     let lower = split.lower_rows();
     let mut d = split.diag().to_vec();
     // OpenFOAM loops over faces (owner i < neighbour j, owner-major) doing
@@ -293,6 +287,22 @@ fn modified_diagonal(split: &SplitMatrix) -> Result<Vec<f64>, SolveError> {
     Ok(d)
 }
 
+/// A missing (stored as 0), non-positive or NaN diagonal entry of `split`
+/// as the error naming `precond` and the row.
+pub(super) fn check_positive_diagonal(
+    split: &SplitMatrix,
+    precond: &'static str,
+) -> Result<(), SolveError> {
+    match split.diag().iter().position(|&d| d.is_nan() || d <= 0.0) {
+        Some(row) => Err(SolveError::NonPositiveDiagonal {
+            precond,
+            row,
+            value: split.diag()[row],
+        }),
+        None => Ok(()),
+    }
+}
+
 /// DIC as OpenFOAM's DIC smoother keeps it: 1/d* alone, each sweep forming
 /// (a_ij / d*_i) from the matrix's own split rows as it goes (the bits of
 /// [`Dic`]'s stored products: the same product, formed later). GAMG's
@@ -311,6 +321,12 @@ impl DicFactor {
         let mut reciprocal_d = modified_diagonal(split)?;
         reciprocal_d.iter_mut().for_each(|d| *d = 1.0 / *d);
         Ok(Self { reciprocal_d })
+    }
+
+    /// The factor of the split rows it will sweep, with its 1/d* computed
+    /// elsewhere (DILU's, `solve::ilu::dilu_factor`).
+    pub(super) fn from_reciprocal_diagonal(reciprocal_d: Vec<f64>) -> Self {
+        Self { reciprocal_d }
     }
 
     pub fn n(&self) -> usize {

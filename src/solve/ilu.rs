@@ -19,7 +19,8 @@
 //! a multicolour order few levels but a weaker factor).
 
 use super::checks::check_square;
-use super::ic::Dic;
+use super::ic::{check_positive_diagonal, Dic, DicFactor};
+use super::split::SplitMatrix;
 use super::triangles::Triangles;
 use super::{LinearOperator, SolveError};
 use crate::sparse::fill::{ilu_pattern, FillPattern};
@@ -246,6 +247,63 @@ pub fn dilu(a: &Csr) -> Result<Dic<'_>, SolveError> {
     Ok(Dic::from_diagonal(t, &d))
 }
 
+/// [`dilu`] as a [`DicFactor`] of the split rows the Krylov backend's
+/// product reads (`CpuBackend::dilu`): 1/d* alone, the sweeps forming each
+/// scaled entry from those rows, so a solve keeps no scaled copy of the
+/// triangles and no slot map. d* has [`dilu`]'s bits: row j's lower entries
+/// a_ji, columns i ascending, each meet a_ij as the next unread entry of
+/// row i's upper triangle (rows j ascending read every upper row in column
+/// order), one cursor per row instead of a search per entry. The errors are
+/// [`dilu`]'s: a non-positive diagonal entry, a pattern that is not
+/// symmetric (naming an entry without its mirror), a pivot failing
+/// [`pivot_ok`].
+pub fn dilu_factor(split: &SplitMatrix) -> Result<DicFactor, SolveError> {
+    check_positive_diagonal(split, "DILU")?;
+    let (lower, upper) = (split.lower_rows(), split.upper_rows());
+    let n = split.n();
+    let (upper_start, upper_cols) = upper.pattern();
+    let upper_values = upper.values();
+    let unmirrored = |row: usize, col: usize| {
+        SolveError::InvalidControls(format!(
+            "DILU needs a symmetric pattern: entry ({row}, {col}) has no ({col}, {row})"
+        ))
+    };
+    // next[i]: row i's first upper entry not yet met.
+    let mut next: Vec<usize> = upper_start[..n].to_vec();
+    let mut d = split.diag().to_vec();
+    for j in 0..n {
+        let mut dj = d[j];
+        let mut largest = dj.abs();
+        let (cols, values) = lower.row_slices(j);
+        for (&i, &a_ji) in cols.iter().zip(values) {
+            let i = i as usize;
+            let s = next[i];
+            if s == upper_start[i + 1] || upper_cols[s] as usize != j {
+                return Err(unmirrored(j, i));
+            }
+            next[i] = s + 1;
+            dj -= upper_values[s] * a_ji / d[i];
+            largest = largest.max(a_ji.abs());
+        }
+        let (_, upper_row) = upper.row_slices(j);
+        let largest = upper_row.iter().fold(largest, |m, v| m.max(v.abs()));
+        // `pivot_thresholds`' ε max_k |a_jk|: a maximum, in any order.
+        if !pivot_ok(dj, f64::EPSILON * largest) {
+            return Err(SolveError::ZeroPivot {
+                precond: "DILU",
+                row: j,
+                value: dj,
+            });
+        }
+        d[j] = dj;
+    }
+    if let Some(i) = (0..n).find(|&i| next[i] != upper_start[i + 1]) {
+        return Err(unmirrored(i, upper_cols[next[i]] as usize));
+    }
+    d.iter_mut().for_each(|d| *d = 1.0 / *d);
+    Ok(DicFactor::from_reciprocal_diagonal(d))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -257,6 +315,59 @@ mod tests {
         let dic = Dic::new(&a).unwrap();
         let dilu = dilu(&a).unwrap();
         assert_eq!(dic.reciprocal_diagonal(), dilu.reciprocal_diagonal());
+    }
+
+    /// DILU of the split rows has the stored DILU's diagonal and sweeps,
+    /// bit for bit, on nonsymmetric values over a symmetric pattern.
+    #[test]
+    fn dilu_of_split_rows_has_the_bits_of_the_stored_dilu() {
+        use crate::sparse::testing::{bits, random_nonsymmetric, random_vector};
+        for (n, per_row, seed) in [(1, 1, 3), (200, 5, 7), (2500, 9, 8)] {
+            let a = random_nonsymmetric(n, per_row, seed);
+            let stored = dilu(&a).unwrap();
+            let split = SplitMatrix::new(&a);
+            let factor = dilu_factor(&split).unwrap();
+            let r = random_vector(n, seed + 1);
+            let (mut w_stored, mut w_factor) = (vec![0.0; n], vec![0.0; n]);
+            stored.apply(&r, &mut w_stored);
+            factor.sweeps(&split, &r, &mut w_factor);
+            assert_eq!(bits(&w_factor), bits(&w_stored), "n = {n}");
+        }
+    }
+
+    /// The stored DILU's refusals, each naming its row or entry.
+    #[test]
+    fn dilu_of_split_rows_refuses_what_the_stored_dilu_refuses() {
+        let dilu_error = |a: &Csr| dilu_factor(&SplitMatrix::new(a)).err().unwrap().to_string();
+        // (0, 1) without (1, 0), and (2, 0) without (0, 2).
+        let one_sided = Csr::new(2, vec![0, 2, 3], vec![0, 1, 1], vec![2.0, 1.0, 2.0]).unwrap();
+        assert!(dilu(&one_sided).is_err());
+        let message = dilu_error(&one_sided);
+        assert!(message.contains("entry (0, 1) has no (1, 0)"), "{message}");
+        let below = Csr::new(
+            3,
+            vec![0, 1, 2, 4],
+            vec![0, 1, 0, 2],
+            vec![2.0, 2.0, 1.0, 2.0],
+        )
+        .unwrap();
+        assert!(dilu(&below).is_err());
+        let message = dilu_error(&below);
+        assert!(message.contains("entry (2, 0) has no (0, 2)"), "{message}");
+        // A zero pivot in row 1: 1 − 1·1/1.
+        let singular =
+            Csr::new(2, vec![0, 2, 4], vec![0, 1, 0, 1], vec![1.0, 1.0, 1.0, 1.0]).unwrap();
+        assert_eq!(
+            dilu(&singular).err(),
+            dilu_factor(&SplitMatrix::new(&singular)).err()
+        );
+        let message = dilu_error(&singular);
+        assert!(message.contains("row 1"), "{message}");
+        let negative = Csr::new(1, vec![0, 1], vec![0], vec![-1.0]).unwrap();
+        assert_eq!(
+            dilu(&negative).err(),
+            dilu_factor(&SplitMatrix::new(&negative)).err()
+        );
     }
 
     #[test]

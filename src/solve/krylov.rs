@@ -294,7 +294,18 @@ impl fmt::Display for KrylovMethod {
 /// ([`Precondition`]`<Vec<f64>>`: every `LinearOperator` is one).
 pub struct CpuKrylovBackend<'a, P: Precondition<Vec<f64>> + ?Sized = dyn LinearOperator + 'a> {
     cg: CpuBackend<'a>,
-    precond: &'a P,
+    /// `None`: `cg` preconditions with its own ([`Self::on_backend`]).
+    precond: Option<&'a P>,
+}
+
+impl<'a> CpuKrylovBackend<'a> {
+    /// The Krylov steps on `cg`, which preconditions with what it holds
+    /// (DIC's or DILU's factor of the split rows its product reads:
+    /// [`CpuBackend::dic`], [`CpuBackend::dilu`]), so the solve splits the
+    /// matrix once and keeps no scaled copy of it.
+    pub fn on_backend(cg: CpuBackend<'a>) -> Self {
+        Self { cg, precond: None }
+    }
 }
 
 impl<'a, P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> CpuKrylovBackend<'a, P> {
@@ -310,7 +321,7 @@ impl<'a, P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> CpuKrylo
             // The executor: residuals, dots and sums; the Krylov steps
             // precondition with `precond` themselves.
             cg: CpuBackend::unpreconditioned(a),
-            precond,
+            precond: Some(precond),
         }
     }
 }
@@ -335,7 +346,10 @@ impl<P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> KrylovBacken
     }
 
     fn precondition(&self, v: &Vec<f64>, z: &mut Vec<f64>) {
-        apply_infallible(self.precond, v, z);
+        match self.precond {
+            Some(p) => apply_infallible(p, v, z),
+            None => self.cg.apply_preconditioner(v, z),
+        }
     }
 
     fn apply_operator(&self, v: &Vec<f64>, y: &mut Vec<f64>, w: Option<&Vec<f64>>) -> (f64, f64) {

@@ -129,7 +129,8 @@ impl SplitMatrix {
         }
         parts.into_par_iter().for_each(|(rows, part)| {
             let mut k = 0;
-            for (r, lower, upper) in self.rows(rows.start, rows.len()) {
+            for r in rows {
+                let (lower, upper) = self.row(r);
                 let off_diagonal = lower.values.len() + upper.values.len();
                 let stored = row_ptr[r + 1] - row_ptr[r];
                 assert!(
@@ -149,18 +150,15 @@ impl SplitMatrix {
         values
     }
 
-    /// The rows `first..first + count` as (row, lower columns and values,
-    /// upper columns and values): each triangle's row pointers read once,
-    /// as consecutive pairs.
+    /// Row r's lower and upper columns and values. The row loops index
+    /// with it from a slice's `enumerate` rather than zipping row
+    /// iterators: a zip of the triangles' rows with the output slice
+    /// compiled to a call of `Zip::next` per row, a third of the parallel
+    /// product's time on 125 k rows.
     #[inline(always)]
-    fn rows(&self, first: usize, count: usize) -> impl Iterator<Item = (usize, Row<'_>, Row<'_>)> {
-        self.lower
-            .rows(first, count)
-            .zip(self.upper.rows(first, count))
-            .enumerate()
-            .map(move |(k, (lower, upper))| (first + k, lower, upper))
+    fn row(&self, r: usize) -> (Row<'_>, Row<'_>) {
+        (self.lower.row_entries(r), self.upper.row_entries(r))
     }
-
     /// Σ_c a_rc x_c in OpenFOAM's order: the diagonal, then the lower
     /// entries, then the upper ones.
     #[inline]
@@ -178,8 +176,9 @@ impl SplitMatrix {
         sums.par_chunks_mut(CHUNK)
             .enumerate()
             .for_each(|(c, sums)| {
-                let rows = self.rows(c * CHUNK, sums.len());
-                for (s, (r, lower, upper)) in sums.iter_mut().zip(rows) {
+                for (k, s) in sums.iter_mut().enumerate() {
+                    let r = c * CHUNK + k;
+                    let (lower, upper) = self.row(r);
                     *s = row_sum(self.diag[r], lower, upper);
                 }
             });
@@ -400,7 +399,8 @@ impl SplitMatrix {
             self.n(),
             "SplitMatrix::apply_on_this_thread: y size"
         );
-        for (y, (r, lower, upper)) in y.iter_mut().zip(self.rows(0, self.n())) {
+        for (r, y) in y.iter_mut().enumerate() {
+            let (lower, upper) = self.row(r);
             *y = upper.add_to(lower.add_to(self.diag[r] * x[r], x), x);
             row_done(r, *y);
         }
@@ -420,9 +420,10 @@ impl SplitMatrix {
         y.par_chunks_mut(CHUNK)
             .enumerate()
             .map(|(c, y)| {
-                let rows = self.rows(c * CHUNK, y.len());
                 let mut partial = S::default();
-                for (y, (r, lower, upper)) in y.iter_mut().zip(rows) {
+                for (k, y) in y.iter_mut().enumerate() {
+                    let r = c * CHUNK + k;
+                    let (lower, upper) = self.row(r);
                     let sum = upper.add_to(lower.add_to(self.diag[r] * x[r], x), x);
                     finish(r, x[r], sum, y, &mut partial);
                 }
