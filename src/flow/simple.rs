@@ -716,6 +716,7 @@ impl<'m> Simple<'m> {
         let sf = &self.geometry.face_area_vectors;
         let first = mesh.n_internal_faces();
         let mut flux: Vec<f64> = (0..first)
+            .into_par_iter()
             .map(|f| {
                 let w = self.geometry.weights[f];
                 let face = w * x[owner[f] as usize] + (1.0 - w) * x[neighbour[f] as usize];
@@ -892,6 +893,7 @@ impl<'m> Simple<'m> {
         let n = self.mesh.n_cells();
         let diagonal = &self.viscous[0].slots().diagonal;
         let a_p: Vec<f64> = (0..n)
+            .into_par_iter()
             .map(|i| {
                 equations
                     .iter()
@@ -900,9 +902,11 @@ impl<'m> Simple<'m> {
                     / equations.len() as f64
             })
             .collect();
+        // Cells in parallel, each component's row as the serial loop sums it.
+        let (u, components) = (&self.u, &self.components);
         let mut hbya = vec![Vec3::zeros(); n];
-        for ((matrix, source), &c) in equations.iter().zip(&self.components) {
-            for (i, h) in hbya.iter_mut().enumerate() {
+        hbya.par_iter_mut().enumerate().for_each(|(i, h)| {
+            for ((matrix, source), &c) in equations.iter().zip(components) {
                 let (cols, values) = matrix.row(i);
                 let mut sum = source[i];
                 for (&j, &a) in cols.iter().zip(values) {
@@ -910,11 +914,11 @@ impl<'m> Simple<'m> {
                     // The component's own diagonal beyond the average a_P
                     // moves to H, so that a_P U_P = H − V∇p holds per component.
                     let a = if j == i { a - a_p[i] } else { a };
-                    sum -= a * self.u[j][c];
+                    sum -= a * u[j][c];
                 }
                 h[c] = sum / a_p[i];
             }
-        }
+        });
         (a_p, hbya)
     }
 
