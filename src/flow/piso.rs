@@ -516,15 +516,15 @@ impl<'m> Piso<'m> {
         let c = self.simple.components()[k];
         let u_c: Vec<f64> = self.simple.u.iter().map(|u| u[c]).collect();
         let (coeff, coeff0, coeff00) = self.ddt_coefficients();
-        let older = self.old.as_ref().map(|o| &o.u);
-        let mesh = self.simple.mesh();
-        let geometry = self.simple.geometry();
-        let offsets = self.simple.face_offsets().to_vec();
-        let phi = self.simple.phi.clone();
         let convection = self.settings.convection;
-        let system = self.simple.viscous_system_mut(k);
-        system.update_rhs(&u_c, None)?;
-        let system = &*system;
+        self.simple.viscous_system_mut(k).update_rhs(&u_c, None)?;
+        // Shared borrows from here: the fluxes and the face offsets are read
+        // in place, not copied per component and step, and the offsets are
+        // made only where a scheme reads them.
+        let older = self.old.as_ref().map(|o| &o.u);
+        let simple = &self.simple;
+        let (mesh, geometry, phi) = (simple.mesh(), simple.geometry(), &simple.phi);
+        let (system, _) = simple.viscous_system(k);
         let mut matrix = system.matrix.clone();
         let mut source = system.rhs.clone();
         let slots = system.slots();
@@ -559,14 +559,14 @@ impl<'m> Piso<'m> {
                     source[o] -= flux * bc.value_boundary[b];
                 }
                 if convection.bounded {
-                    add_flux_divergence(mesh, slots, &phi, values, -1.0);
+                    add_flux_divergence(mesh, slots, phi, values, -1.0);
                 }
             }
             Some(scheme) => {
                 // The bounded form, and the deferred correction of the
                 // higher-order schemes on the right-hand side.
-                add_upwind_internal(mesh, slots, &phi, values);
-                add_upwind_boundary(mesh, slots, bc, &phi, values, &mut source);
+                add_upwind_internal(mesh, slots, phi, values);
+                add_upwind_boundary(mesh, slots, bc, phi, values, &mut source);
                 if scheme != Convection::Upwind {
                     let grad = system.gradient(&u_c);
                     let field = (u_c.as_slice(), grad.as_slice());
@@ -574,14 +574,14 @@ impl<'m> Piso<'m> {
                         mesh,
                         geometry,
                         scheme,
-                        &phi,
+                        phi,
                         field,
-                        &offsets,
+                        simple.face_offsets(),
                         &mut source,
                     );
                 }
                 if !convection.bounded {
-                    add_flux_divergence(mesh, slots, &phi, values, 1.0);
+                    add_flux_divergence(mesh, slots, phi, values, 1.0);
                 }
             }
         }
