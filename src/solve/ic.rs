@@ -55,16 +55,17 @@ impl<'a> Dic<'a> {
     /// an error naming the row.
     pub fn of_split(split: &SplitMatrix) -> Result<Self, SolveError> {
         let d = modified_diagonal(split)?;
-        Ok(Self::scale(split, &d))
+        Ok(Self::stored(split, d.iter().map(|d| 1.0 / d).collect()))
     }
 
-    /// The DIC sweeps with a diagonal d* computed elsewhere (DILU, `solve::ilu`).
-    pub(super) fn from_diagonal(t: Triangles<'a>, d: &[f64]) -> Self {
-        Self::scale(&SplitMatrix::new(t.matrix()), d)
+    /// The stored sweeps of a factor of `split` ([`DicFactor`]: DILU's,
+    /// `solve::ilu::dilu`).
+    pub(super) fn of_factor(split: &SplitMatrix, factor: DicFactor) -> Self {
+        Self::stored(split, factor.reciprocal_d)
     }
 
-    fn scale(split: &SplitMatrix, d: &[f64]) -> Self {
-        let reciprocal_d: Vec<f64> = d.iter().map(|d| 1.0 / d).collect();
+    /// `split`'s triangles scaled by 1/d* row by row.
+    fn stored(split: &SplitMatrix, reciprocal_d: Vec<f64>) -> Self {
         let lower = split.lower_rows().scaled(&reciprocal_d);
         let upper = split.upper_rows().scaled(&reciprocal_d);
         Self {
@@ -303,7 +304,8 @@ pub(super) fn check_positive_diagonal(
     }
 }
 
-/// DIC as OpenFOAM's DIC smoother keeps it: 1/d* alone, each sweep forming
+/// DIC as OpenFOAM's DIC smoother keeps it (and DILU, whose sweeps are
+/// DIC's with its own d*: `solve::ilu::dilu_factor`): 1/d* alone, each sweep forming
 /// (a_ij / d*_i) from the matrix's own split rows as it goes (the bits of
 /// [`Dic`]'s stored products: the same product, formed later). GAMG's
 /// levels use it: their set-up writes one vector per level instead of a

@@ -21,7 +21,6 @@
 use super::checks::check_square;
 use super::ic::{check_positive_diagonal, Dic, DicFactor};
 use super::split::SplitMatrix;
-use super::triangles::Triangles;
 use super::{LinearOperator, SolveError};
 use crate::sparse::fill::{ilu_pattern, FillPattern};
 use crate::sparse::levels::LevelSchedule;
@@ -225,38 +224,24 @@ pub fn transposed_slots(a: &Csr, precond: &str) -> Result<Vec<usize>, SolveError
 /// d*_j = a_jj − Σ_{i<j} a_ij a_ji / d*_i (`calcReciprocalD`: per face,
 /// `rD[u] -= upper*lower/rD[l]`, faces owner-major, so per row j the lower
 /// columns i ascending). On a symmetric matrix this is DIC bit for bit; the
-/// sweeps are DIC's ([`Dic`]). A pivot d*_j failing [`pivot_ok`] is a
-/// [`SolveError::ZeroPivot`].
+/// sweeps are DIC's ([`Dic`]), on triangles stored scaled by 1/d*. d* and
+/// the errors are [`dilu_factor`]'s.
 pub fn dilu(a: &Csr) -> Result<Dic<'_>, SolveError> {
-    let t = Triangles::new(a, "DILU")?;
-    let transposed = transposed_slots(a, "DILU")?;
-    let tiny = pivot_thresholds(a);
-    let mut d: Vec<f64> = (0..t.n()).map(|r| t.diag(r)).collect();
-    for j in 0..t.n() {
-        for s in t.lower(j) {
-            d[j] -= t.value(transposed[s]) * t.value(s) / d[t.col(s)];
-        }
-        if !pivot_ok(d[j], tiny[j]) {
-            return Err(SolveError::ZeroPivot {
-                precond: "DILU",
-                row: j,
-                value: d[j],
-            });
-        }
-    }
-    Ok(Dic::from_diagonal(t, &d))
+    check_square(a)?;
+    let split = SplitMatrix::new(a);
+    let factor = dilu_factor(&split)?;
+    Ok(Dic::of_factor(&split, factor))
 }
 
-/// [`dilu`] as a [`DicFactor`] of the split rows the Krylov backend's
-/// product reads (`CpuBackend::dilu`): 1/d* alone, the sweeps forming each
-/// scaled entry from those rows, so a solve keeps no scaled copy of the
-/// triangles and no slot map. d* has [`dilu`]'s bits: row j's lower entries
-/// a_ji, columns i ascending, each meet a_ij as the next unread entry of
-/// row i's upper triangle (rows j ascending read every upper row in column
-/// order), one cursor per row instead of a search per entry. The errors are
-/// [`dilu`]'s: a non-positive diagonal entry, a pattern that is not
-/// symmetric (naming an entry without its mirror), a pivot failing
-/// [`pivot_ok`].
+/// [`dilu`]'s d* as a [`DicFactor`] of split rows, whose sweeps form each
+/// scaled entry from those rows (`CpuBackend::dilu`: the rows the Krylov
+/// backend's product reads, so a solve keeps no scaled copy of the
+/// triangles). Row j's lower entries a_ji, columns i ascending, each meet
+/// a_ij as the next unread entry of row i's upper triangle (rows j ascending
+/// read every upper row in column order): one cursor per row, no search.
+/// Errors: a non-positive diagonal entry, a pattern that is not symmetric
+/// (naming an entry without its mirror), a pivot d*_j failing [`pivot_ok`]
+/// against ε max_k |a_jk| ([`SolveError::ZeroPivot`]).
 pub fn dilu_factor(split: &SplitMatrix) -> Result<DicFactor, SolveError> {
     check_positive_diagonal(split, "DILU")?;
     let (lower, upper) = (split.lower_rows(), split.upper_rows());
@@ -317,14 +302,30 @@ mod tests {
         assert_eq!(dic.reciprocal_diagonal(), dilu.reciprocal_diagonal());
     }
 
-    /// DILU of the split rows has the stored DILU's diagonal and sweeps,
-    /// bit for bit, on nonsymmetric values over a symmetric pattern.
+    /// DILU's d* is the recurrence's, entry by entry from the CSR (each
+    /// a_ij found by a search), and the split rows' sweeps have the stored
+    /// DILU's bits, on nonsymmetric values over a symmetric pattern.
     #[test]
     fn dilu_of_split_rows_has_the_bits_of_the_stored_dilu() {
         use crate::sparse::testing::{bits, random_nonsymmetric, random_vector};
         for (n, per_row, seed) in [(1, 1, 3), (200, 5, 7), (2500, 9, 8)] {
             let a = random_nonsymmetric(n, per_row, seed);
             let stored = dilu(&a).unwrap();
+            let transposed = transposed_slots(&a, "DILU").unwrap();
+            let mut d: Vec<f64> = (0..n).map(|j| a.values()[a.slot(j, j).unwrap()]).collect();
+            for j in 0..n {
+                let lower = a.row_ptr()[j]..a.slot(j, j).unwrap();
+                for (s, &mirror) in lower.clone().zip(&transposed[lower]) {
+                    let i = a.cols()[s] as usize;
+                    d[j] -= a.values()[mirror] * a.values()[s] / d[i];
+                }
+            }
+            let reciprocal: Vec<f64> = d.iter().map(|d| 1.0 / d).collect();
+            assert_eq!(
+                bits(stored.reciprocal_diagonal()),
+                bits(&reciprocal),
+                "n = {n}"
+            );
             let split = SplitMatrix::new(&a);
             let factor = dilu_factor(&split).unwrap();
             let r = random_vector(n, seed + 1);
