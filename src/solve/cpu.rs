@@ -137,11 +137,7 @@ impl<'a> CpuBackend<'a> {
     /// [`DicFactor::of_split`]'s.
     pub fn dic(self) -> Result<Self, SolveError> {
         let factor = DicFactor::of_split(&self.split)?;
-        Ok(Self {
-            flexible: false,
-            precond: Preconditioning::SplitFactor(factor),
-            ..self
-        })
+        Ok(self.with_split_factor(factor))
     }
 
     /// This backend with OpenFOAM's DILU of its split rows
@@ -152,11 +148,16 @@ impl<'a> CpuBackend<'a> {
     /// rows. Errors as [`dilu_factor`](super::ilu::dilu_factor)'s.
     pub fn dilu(self) -> Result<Self, SolveError> {
         let factor = super::ilu::dilu_factor(&self.split)?;
-        Ok(Self {
+        Ok(self.with_split_factor(factor))
+    }
+
+    /// This backend preconditioned by `factor` of its split rows.
+    fn with_split_factor(self, factor: DicFactor) -> Self {
+        Self {
             flexible: false,
             precond: Preconditioning::SplitFactor(factor),
             ..self
-        })
+        }
     }
 
     /// z = M⁻¹ r with this backend's preconditioner, without PCG's r · z

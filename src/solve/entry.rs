@@ -193,17 +193,15 @@ pub fn solve_krylov(
     };
     // DIC and DILU sweep the rows the backend's product reads: one split
     // of the matrix per solve, and 1/d* besides it.
-    let on_split_rows = match preconditioner {
-        Preconditioner::Kind(PreconditionerKind::Dilu) => {
-            Some(CpuBackend::unpreconditioned(a).dilu())
-        }
-        Preconditioner::Kind(PreconditionerKind::Dic) => {
-            Some(CpuBackend::unpreconditioned(a).dic())
-        }
-        _ => None,
-    };
-    if let Some(backend) = on_split_rows {
-        let backend = CpuKrylovBackend::on_backend(backend?);
+    if let Preconditioner::Kind(kind @ (PreconditionerKind::Dilu | PreconditionerKind::Dic)) =
+        preconditioner
+    {
+        let start = CpuBackend::unpreconditioned(a);
+        let backend = match kind {
+            PreconditionerKind::Dilu => start.dilu()?,
+            _ => start.dic()?,
+        };
+        let backend = CpuKrylovBackend::on_backend(backend);
         return krylov_on(&backend, &method, b, x, controls, field);
     }
     let precond = preconditioner.build(a)?;
