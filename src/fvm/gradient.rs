@@ -51,19 +51,7 @@ impl CellGradient {
         let (owner, neighbour) = (mesh.owner(), mesh.neighbour());
         let n_internal = mesh.n_internal_faces();
         let face_values = bc.face_values(mesh, p);
-        // The stored face arrays indexed here where the geometry keeps them
-        // (a flow solver's): through `area_vector` and `weight` each side
-        // made two calls that were not inlined, about half the gradient's
-        // time.
-        let kept = geometry.keeps_faces();
-        let sf = |f: usize| match kept {
-            true => geometry.face_area_vectors[f],
-            false => geometry.area_vector(mesh, f),
-        };
-        let weight = |f: usize| match kept {
-            true => geometry.weights[f],
-            false => geometry.weight(mesh, f),
-        };
+        let sf = |f: usize| geometry.area_vector(mesh, f);
         // What face f's side adds to its cell c (the neighbour side of an
         // internal face subtracts it), as the serial loops compute it.
         let side = |f: usize, c: usize| -> Option<Vec3> {
@@ -76,7 +64,10 @@ impl CellGradient {
             }
             let (o, n) = (owner[f] as usize, neighbour[f] as usize);
             Some(match self {
-                Self::GaussLinear => sf(f) * (weight(f) * (p[o] - p[n]) + p[n]),
+                Self::GaussLinear => {
+                    let w = geometry.weight(mesh, f);
+                    sf(f) * (w * (p[o] - p[n]) + p[n])
+                }
                 Self::LeastSquares {
                     owner: own_ls,
                     neighbour: nei_ls,

@@ -728,10 +728,7 @@ impl<'m> LaplacianSystem<'m> {
         // square root and two divisions a face fewer), else with the face's
         // entries computed where they are read, the same bits (see
         // `SharedStructure::faces`).
-        let stored = shared
-            .faces
-            .get()
-            .filter(|_| geometry.weights.len() == mesh.n_internal_faces());
+        let stored = shared.faces.get().filter(|_| geometry.keeps_faces());
         let face_coeffs = |f: usize| {
             let (o, n) = (owner[f] as usize, neighbour[f] as usize);
             let (mag_sf, delta_coeff, w) = match stored {
