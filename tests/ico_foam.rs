@@ -183,6 +183,78 @@ fn cavity3d_matches_icofoam_coarsened() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// One `<solver>:  Solving for <field>...` line of a log: the solver as
+/// OpenFOAM names it (`DICPCG`, `DILUPBiCGStab`), the field, and the initial
+/// and final residuals and iterations, or `None` for "solution singularity".
+type SolverLine = (String, String, Option<(f64, f64, usize)>);
+
+fn solver_lines(log: &str) -> Vec<SolverLine> {
+    log.lines()
+        .filter_map(|line| {
+            let (solver, rest) = line.split_once(":  Solving for ")?;
+            if let Some(field) = rest.strip_suffix(":  solution singularity") {
+                return Some((solver.to_string(), field.to_string(), None));
+            }
+            let (field, rest) = rest.split_once(", Initial residual = ")?;
+            let (initial, rest) = rest.split_once(", Final residual = ")?;
+            let (last, iterations) = rest.split_once(", No Iterations ")?;
+            let numbers = (
+                initial.parse().unwrap(),
+                last.parse().unwrap(),
+                iterations.trim().parse().unwrap(),
+            );
+            Some((solver.to_string(), field.to_string(), Some(numbers)))
+        })
+        .collect()
+}
+
+/// The 3-D cavity at 8³ on the CPU prints icoFoam v1912's solver lines
+/// (`tests/data/ico_foam_cavity3d/log.icoFoam`): the solvers named as
+/// OpenFOAM names them, "solution singularity" for the components of U that
+/// are zero on the first step, the same iterations, and residuals equal to
+/// the log's 6 digits.
+#[test]
+fn cavity3d_solver_lines_are_icofoams() {
+    let dir = case_copy(
+        "cavity3d_ico",
+        "cavity3d_log",
+        &[("endTime", "0.002"), ("writeInterval", "4")],
+    );
+    let mesh_dict = dir.join("system/blockMeshDict");
+    let text = std::fs::read_to_string(&mesh_dict).unwrap();
+    std::fs::write(&mesh_dict, text.replace("(100 100 100)", "(8 8 8)")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
+        .args(["run", "--device", "cpu"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    let ours = solver_lines(&log);
+    let reference =
+        std::fs::read_to_string(common::repo("tests/data/ico_foam_cavity3d/log.icoFoam")).unwrap();
+    let theirs = solver_lines(&reference);
+    assert_eq!(ours.len(), 20, "{log}");
+    assert_eq!(ours.len(), theirs.len(), "{log}");
+    let close = |a: f64, b: f64| {
+        // Below 1e-12 a residual is round-off, whose digits need not agree.
+        (a < 1e-12 && b < 1e-12) || (a - b).abs() <= 1e-5 * b.abs()
+    };
+    for (line, (a, b)) in ours.iter().zip(&theirs).enumerate() {
+        assert_eq!((&a.0, &a.1), (&b.0, &b.1), "solver line {line}");
+        match (a.2, b.2) {
+            (None, None) => {}
+            (Some((ai, af, an)), Some((bi, bf, bn))) => assert!(
+                an == bn && close(ai, bi) && close(af, bf),
+                "solver line {line}: {a:?} against icoFoam's {b:?}"
+            ),
+            _ => panic!("solver line {line}: {a:?} against icoFoam's {b:?}"),
+        }
+    }
+    assert_eq!(ours.iter().filter(|l| l.2.is_none()).count(), 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn restart_from_latest_time_continues_the_same_trajectory() {
     let precise = [("writePrecision", "17"), ("writeInterval", "10")];

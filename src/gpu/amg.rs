@@ -1936,6 +1936,9 @@ impl DevicePreconditioner for DeviceAmg<'_> {
     fn is_linear(&self) -> bool {
         self.cycle.kind != CycleKind::K
     }
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        Some("GAMG")
+    }
     fn graph_key(&self) -> Option<u64> {
         Some(self.graph_key)
     }

@@ -58,7 +58,7 @@ use super::pcg::{
 };
 use super::{arg_or_null, check_row_count, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::bicgstab::VSMALL;
-use crate::solve::pcg::{check_divergence, check_residual, record};
+use crate::solve::pcg::{check_divergence, check_residual, record, solver_name};
 use crate::solve::{SolveError, SolverControls, SolverPerformance, StopRule};
 
 const NAME: &str = "PBiCGStab";
@@ -593,6 +593,7 @@ impl<'g> DeviceBicgstab<'g> {
             .zip(fields)
             .map(|(start, &field)| LaneRun::new(start, field))
             .collect();
+        let solver = solver_name(Some(if jacobi { "diagonal" } else { "none" }), NAME);
         let mut first = true;
         loop {
             let mut any = false;
@@ -632,7 +633,7 @@ impl<'g> DeviceBicgstab<'g> {
             .zip(fields)
             .map(|(lane, field)| {
                 lane.finish()
-                    .inspect(|perf| perf.log(NAME, "iterations", field, controls))
+                    .inspect(|perf| perf.log(&solver, "iterations", field, controls))
             })
             .collect()
     }
@@ -848,8 +849,8 @@ impl<'a> LaneRun<'a> {
     /// Whether the lane runs the next chunk (`first`: the one with the
     /// prologue); a lane that stops at the top of the chunk is finished.
     fn wants_chunk(&mut self, first: bool) -> bool {
-        self.running = match &mut self.driver {
-            Some(driver) => match driver.wants_chunk(first) {
+        self.running = match (&mut self.driver, &mut self.solved) {
+            (Some(driver), Ok(perf)) => match driver.wants_chunk(first, perf) {
                 Ok(true) => true,
                 Ok(false) => {
                     self.driver = None;
@@ -860,7 +861,7 @@ impl<'a> LaneRun<'a> {
                     false
                 }
             },
-            None => false,
+            _ => false,
         };
         self.running
     }
@@ -912,9 +913,19 @@ impl<'a> ChunkDriver<'a> {
     }
 
     /// `false` when the loop stops at the top of the next chunk's first
-    /// iteration (the first chunk's comes after the prologue).
-    fn wants_chunk(&mut self, first: bool) -> Result<bool, SolveError> {
-        Ok(first || !self.host.begin()?)
+    /// iteration (the first chunk's comes after the prologue): `perf` is
+    /// then singular ([`HostReplay::begin`]).
+    fn wants_chunk(
+        &mut self,
+        first: bool,
+        perf: &mut SolverPerformance,
+    ) -> Result<bool, SolveError> {
+        if first {
+            return Ok(true);
+        }
+        let stops = self.host.begin()?;
+        perf.singular |= stops;
+        Ok(!stops)
     }
 
     /// Replays a chunk of `count` iterations from its records and the
@@ -963,7 +974,7 @@ fn drive_chunks(
 ) -> Result<(), SolveError> {
     let mut driver = ChunkDriver::new(*rule, field);
     let mut first = true;
-    while driver.wants_chunk(first)? {
+    while driver.wants_chunk(first, perf)? {
         let (records, device_stop) = run_chunk(first, driver.host.iterations)?;
         if driver.take_chunk(first, &records, device_stop, count, perf)? {
             break;
@@ -1031,8 +1042,9 @@ impl<'a> HostReplay<'a> {
         }
     }
 
-    /// The top of the loop: `true` to stop (ρ vanished at a zero residual),
-    /// the breakdown errors of ρ and ω.
+    /// The top of the loop: `true` to stop (ρ vanished at a zero residual:
+    /// the solve is singular, as the generic loop marks it), the breakdown
+    /// errors of ρ and ω.
     fn begin(&self) -> Result<bool, SolveError> {
         let it = self.iterations + 1;
         if self.rho.is_nan() || self.rho.abs() < VSMALL {
@@ -1057,6 +1069,7 @@ impl<'a> HostReplay<'a> {
         let (c, initial, nf) = (self.controls, self.initial, self.norm_factor);
         for j in 0..count {
             if self.begin()? {
+                perf.singular = true;
                 return Ok(Replayed::Stopped(None));
             }
             let it = self.iterations + 1;

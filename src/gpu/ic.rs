@@ -1340,6 +1340,14 @@ impl DevicePreconditioner for DeviceIncompleteCholesky<'_> {
     fn is_linear(&self) -> bool {
         true
     }
+    /// OpenFOAM's names for its own factorisations in f64.
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        match (self.kind, &self.mixed) {
+            (IcKind::Dic, None) => Some("DIC"),
+            (IcKind::Dilu, None) => Some("DILU"),
+            _ => None,
+        }
+    }
 }
 
 /// `e` with the row a factorisation error names (a row of the matrix as

@@ -239,6 +239,10 @@ impl Executor for GpuKrylovBackend<'_> {
 }
 
 impl KrylovBackend for GpuKrylovBackend<'_> {
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        self.precond.preconditioner_name()
+    }
+
     fn residual(&self, b: &GpuVector, x: &GpuVector, r: &mut GpuVector) -> (f64, f64) {
         self.failure.guarded((f64::NAN, f64::NAN), || {
             let (b, x, r) = (b.dev()?, x.dev()?, r.dev()?);

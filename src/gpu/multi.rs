@@ -1948,6 +1948,16 @@ impl CgBackend for MultiGpuBackend<'_> {
         self.failure
             .guarded(Vec::new(), || self.device_chunk(rule, state, count, &v))
     }
+
+    /// Every rank preconditions alike (block Jacobi of one kind).
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        let rank = self.ranks.first()?;
+        match (&rank.preconditioner, &rank.inv_diag) {
+            (Some(p), _) => p.preconditioner_name(),
+            (None, Some(_)) => Some("diagonal"),
+            (None, None) => Some("none"),
+        }
+    }
 }
 
 #[cfg(test)]

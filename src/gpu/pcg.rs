@@ -991,6 +991,14 @@ impl CgBackend for GpuCgBackend<'_> {
         })
     }
 
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        match (&self.preconditioner, &self.inv_diag) {
+            (Some(p), _) => p.preconditioner_name(),
+            (None, Some(_)) => Some("diagonal"),
+            (None, None) => Some("none"),
+        }
+    }
+
     fn flexible_term(&self, z: &GpuVector, q: &GpuVector) -> Option<f64> {
         let p = self.preconditioner.as_ref()?;
         (!crate::solve::precondition::Precondition::is_linear(&**p)).then(|| {

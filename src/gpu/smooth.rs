@@ -93,6 +93,12 @@ pub trait DevicePreconditioner {
     fn graph_key(&self) -> Option<u64> {
         None
     }
+    /// Its name before the Krylov method's in the log line, where OpenFOAM
+    /// has the preconditioner (`GAMG` of `GAMGPCG`:
+    /// `solve::Preconditioner::log_name`).
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// A preconditioner kept by its owner between solves (e.g. an AMG hierarchy
@@ -115,6 +121,9 @@ impl<P: DevicePreconditioner + ?Sized> DevicePreconditioner for Rc<P> {
     }
     fn graph_key(&self) -> Option<u64> {
         (**self).graph_key()
+    }
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        (**self).preconditioner_name()
     }
 }
 

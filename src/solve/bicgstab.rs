@@ -6,10 +6,12 @@
 //!
 //! Where OpenFOAM's `checkSingularity` silently stops the loop (|r0 · r| or
 //! |ω| below 1e-300), this returns [`SolveError::KrylovBreakdown`] unless the
-//! residual is already zero; a NaN anywhere becomes an error too.
+//! residual is already zero, where the loop stops as OpenFOAM's does and the
+//! log line reads "solution singularity" (a zero component of U on the first
+//! step of a cavity with `tolerance 0`); a NaN anywhere becomes an error too.
 
 use super::krylov::KrylovBackend;
-use super::pcg::{check_divergence, check_residual, initial_residual, record};
+use super::pcg::{check_divergence, check_residual, initial_residual, record, solver_name};
 use super::{SolveError, SolverControls, SolverPerformance};
 
 /// OpenFOAM's `VSMALL`, its `checkSingularity` threshold.
@@ -48,6 +50,7 @@ pub fn bicgstab<B: KrylovBackend>(
             backend.device_status()?;
             if rho.is_nan() || rho.abs() < VSMALL {
                 if last == 0.0 {
+                    perf.singular = true;
                     break;
                 }
                 return Err(breakdown("r0 · r", it, rho));
@@ -105,6 +108,7 @@ pub fn bicgstab<B: KrylovBackend>(
         }
     }
     backend.device_status()?;
-    perf.log(NAME, "iterations", field, controls);
+    let solver = solver_name(backend.preconditioner_name(), NAME);
+    perf.log(&solver, "iterations", field, controls);
     Ok(perf)
 }

@@ -84,6 +84,10 @@ pub struct CpuBackend<'a> {
     /// The scaling `a` was built with: residuals are weighted back to the
     /// original system.
     equilibration: Option<&'a Equilibration>,
+    /// The preconditioner's name in the log line (`DIC` of `DICPCG`), known
+    /// before it is built ([`Self::named`]) so that a solve which does not
+    /// iterate names it too, as OpenFOAM's log does.
+    name: Option<&'static str>,
 }
 
 impl<'a> CpuBackend<'a> {
@@ -112,7 +116,13 @@ impl<'a> CpuBackend<'a> {
             row_sums: None,
             split: Split::Borrowed(split),
             equilibration: None,
+            name: None,
         }
+    }
+
+    /// This backend, its preconditioner named `name` in the log line.
+    pub fn named(self, name: Option<&'static str>) -> Self {
+        Self { name, ..self }
     }
 
     /// This backend (its split matrix and row sums kept) with `precond`.
@@ -137,7 +147,7 @@ impl<'a> CpuBackend<'a> {
     /// [`DicFactor::of_split`]'s.
     pub fn dic(self) -> Result<Self, SolveError> {
         let factor = DicFactor::of_split(&self.split)?;
-        Ok(self.with_split_factor(factor))
+        Ok(self.with_split_factor(factor).named(Some("DIC")))
     }
 
     /// This backend with OpenFOAM's DILU of its split rows
@@ -148,7 +158,7 @@ impl<'a> CpuBackend<'a> {
     /// rows. Errors as [`dilu_factor`](super::ilu::dilu_factor)'s.
     pub fn dilu(self) -> Result<Self, SolveError> {
         let factor = super::ilu::dilu_factor(&self.split)?;
-        Ok(self.with_split_factor(factor))
+        Ok(self.with_split_factor(factor).named(Some("DILU")))
     }
 
     /// This backend preconditioned by `factor` of its split rows.
@@ -205,6 +215,7 @@ impl<'a> CpuBackend<'a> {
             row_sums: equilibration.map(|e| e.row_sums().to_vec()),
             split: Split::Owned(split),
             equilibration,
+            name: None,
         }
     }
 
@@ -294,6 +305,10 @@ impl CgBackend for CpuBackend<'_> {
 
     fn flexible_term(&self, z: &Vec<f64>, q: &Vec<f64>) -> Option<f64> {
         self.flexible.then(|| dot(z, q))
+    }
+
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        self.name
     }
 
     fn update_direction(&self, beta: f64, z: &Vec<f64>, p: &mut Vec<f64>) {

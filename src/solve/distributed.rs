@@ -187,6 +187,8 @@ pub struct DistributedBackend<'a> {
     /// Halo values of the vector last exchanged.
     halo: RefCell<Vec<f64>>,
     flexible: bool,
+    /// The preconditioner's name in the log line ([`Self::named`]).
+    name: Option<&'static str>,
 }
 
 impl<'a> DistributedBackend<'a> {
@@ -210,7 +212,13 @@ impl<'a> DistributedBackend<'a> {
             row_sums: openfoam_row_sums(&local.matrix),
             halo: RefCell::new(vec![0.0; local.n_halo()]),
             flexible: false,
+            name: None,
         }
+    }
+
+    /// This backend, its preconditioner named `name` in the log line.
+    pub fn named(self, name: Option<&'static str>) -> Self {
+        Self { name, ..self }
     }
 
     /// Flexible PCG (see `solve::pcg`) for preconditioners that are not a
@@ -302,6 +310,10 @@ impl CgBackend for DistributedBackend<'_> {
 
     fn flexible_term(&self, z: &Vec<f64>, q: &Vec<f64>) -> Option<f64> {
         self.flexible.then(|| self.global_sum([dot(z, q)])[0])
+    }
+
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        self.name
     }
 
     fn update_direction(&self, beta: f64, z: &Vec<f64>, p: &mut Vec<f64>) {
@@ -691,7 +703,8 @@ pub fn solve_pcg_distributed(
         true,
         |precond, b, x| {
             let backend = DistributedBackend::new(local, comm, precond)
-                .flexible(preconditioner.is_flexible());
+                .flexible(preconditioner.is_flexible())
+                .named(preconditioner.log_name());
             match deflation {
                 Deflation::None => pcg(&backend, b, x, controls, field),
                 Deflation::Subdomains => {
@@ -736,6 +749,10 @@ impl<'a> OnExecutor for DistributedKrylovBackend<'a> {
 }
 
 impl KrylovBackend for DistributedKrylovBackend<'_> {
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        self.cg.name
+    }
+
     fn residual(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> (f64, f64) {
         self.cg.times(x, r);
         let (mut abs, mut squares) = (0.0, 0.0);
@@ -845,16 +862,18 @@ pub fn solve_bicgstab_distributed(
     controls: &SolverControls,
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
+    let preconditioner = preconditioner.into();
     with_block_preconditioner(
         local,
         comm,
-        &preconditioner.into(),
+        &preconditioner,
         b,
         x,
         controls,
         false,
         |precond, b, x| {
-            let backend = DistributedKrylovBackend::new(local, comm, precond);
+            let mut backend = DistributedKrylovBackend::new(local, comm, precond);
+            backend.cg.name = preconditioner.log_name();
             bicgstab(&backend, b, x, controls, field)
         },
     )

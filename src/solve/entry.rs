@@ -77,7 +77,7 @@ pub fn solve_pcg_scaled(
             // The residual and the preconditioner share the backend's split
             // rows; a bitwise symmetric split (every assembled Laplacian)
             // needs no search for the mirrors of the entries.
-            let start = CpuBackend::unpreconditioned(ordered);
+            let start = CpuBackend::unpreconditioned(ordered).named(preconditioner.log_name());
             if !checked && !start.split().is_symmetric() {
                 check_symmetric(a)?;
             }
@@ -98,7 +98,8 @@ pub fn solve_pcg_scaled(
         };
         let scaled = eq.scale_matrix(ordered);
         let precond = preconditioner.build(&scaled)?;
-        let backend = CpuBackend::equilibrated(&scaled, precond.as_ref(), &eq);
+        let backend = CpuBackend::equilibrated(&scaled, precond.as_ref(), &eq)
+            .named(preconditioner.log_name());
         let mut y = eq.to_scaled(x);
         let perf = pcg(&backend, &eq.scale_rhs(b), &mut y, controls, field)?;
         x.copy_from_slice(&eq.to_original(&y));
@@ -143,7 +144,7 @@ pub fn solve_pcg_in_place(
     drop(a.take_values());
     let solved = on_copies(b, x, |b, x| {
         pcg_set_up_on_demand(
-            CpuBackend::on_split(&split),
+            CpuBackend::on_split(&split).named(preconditioner.log_name()),
             CpuBackend::dic,
             b,
             x,
@@ -205,7 +206,8 @@ pub fn solve_krylov(
         return krylov_on(&backend, &method, b, x, controls, field);
     }
     let precond = preconditioner.build(a)?;
-    solve_krylov_with(a, &method, precond.as_ref(), b, x, controls, field)
+    let backend = CpuKrylovBackend::new(a, precond.as_ref()).named(preconditioner.log_name());
+    krylov_on(&backend, &method, b, x, controls, field)
 }
 
 /// [`solve_krylov`] with a preconditioner built by the caller (any z = M⁻¹ v,

@@ -19,7 +19,7 @@
 //! logged at debug level).
 
 use super::krylov::{GmresSettings, KrylovBackend, Orthogonalization, PreconditioningSide};
-use super::pcg::{check_residual, initial_residual, record};
+use super::pcg::{check_residual, initial_residual, record, solver_name};
 use super::{SolveError, SolverControls, SolverPerformance};
 
 /// Solves A x = b by GMRES(m) from the initial guess in `x`. `field` names
@@ -37,8 +37,9 @@ pub fn gmres<B: KrylovBackend>(
     let m = settings.restart;
     let left = settings.side == PreconditioningSide::Left;
     let (mut r, mut perf, run) = initial_residual(backend, b, x, controls)?;
+    let solver = solver_name(backend.preconditioner_name(), "GMRES");
     let Some((limit, rule)) = run.filter(|(_, rule)| rule.initial != 0.0) else {
-        perf.log("GMRES", "iterations", field, controls);
+        perf.log(&solver, "iterations", field, controls);
         return Ok(perf);
     };
     let initial = rule.initial;
@@ -174,7 +175,7 @@ pub fn gmres<B: KrylovBackend>(
         }
     }
     log::debug!("GMRES: {field} {cycles} restart cycles");
-    perf.log("GMRES", "iterations", field, controls);
+    perf.log(&solver, "iterations", field, controls);
     Ok(perf)
 }
 

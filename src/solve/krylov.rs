@@ -26,7 +26,7 @@ use super::algorithm::{parse_switch, parse_value};
 use super::cpu::CpuBackend;
 use super::precondition::{apply_infallible, Precondition};
 use super::reduce::{chunked_sums, dot, sum_by, sum_pairs, CHUNK};
-use super::{Executor, LinearOperator, OnExecutor};
+use super::{CgBackend, Executor, LinearOperator, OnExecutor};
 use crate::sparse::Csr;
 
 /// The entry points, kept at their old path (they live in `entry`).
@@ -92,6 +92,11 @@ pub trait KrylovBackend: Executor {
         x: &mut Self::Vector,
         r: &mut Self::Vector,
     ) -> (f64, f64);
+    /// The preconditioner's name in the log line
+    /// ([`solver_name`](super::pcg::solver_name): `DILU` of `DILUPBiCGStab`).
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// Gram–Schmidt variant of GMRES's Arnoldi process.
@@ -308,6 +313,16 @@ impl<'a> CpuKrylovBackend<'a> {
     }
 }
 
+impl<P: Precondition<Vec<f64>> + ?Sized> CpuKrylovBackend<'_, P> {
+    /// This backend, its preconditioner named `name` in the log line.
+    pub fn named(self, name: Option<&'static str>) -> Self {
+        Self {
+            cg: self.cg.named(name),
+            ..self
+        }
+    }
+}
+
 impl<'a, P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> CpuKrylovBackend<'a, P> {
     /// `a` square; `precond` z = M⁻¹ v of the same size (not necessarily
     /// symmetric or linear).
@@ -338,6 +353,10 @@ impl<'a, P: Precondition<Vec<f64>> + ?Sized> OnExecutor for CpuKrylovBackend<'a,
 impl<P: Precondition<Vec<f64>, Error = Infallible> + Sync + ?Sized> KrylovBackend
     for CpuKrylovBackend<'_, P>
 {
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        self.cg.preconditioner_name()
+    }
+
     fn residual(&self, b: &Vec<f64>, x: &Vec<f64>, r: &mut Vec<f64>) -> (f64, f64) {
         chunked_sums(r, |i, r| {
             *r = b[i] - self.cg.row_times(i, x);

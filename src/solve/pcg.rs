@@ -103,6 +103,11 @@ pub struct SolverPerformance {
     pub converged: bool,
     /// Residual before the first iteration, then after each iteration.
     pub history: Vec<f64>,
+    /// The loop stopped at a vanishing inner product with the residual
+    /// already zero (OpenFOAM's `checkSingularity`: PBiCGStab on a zero
+    /// right-hand side with `tolerance 0`); the log line says "solution
+    /// singularity" as OpenFOAM's does.
+    pub singular: bool,
 }
 
 impl SolverPerformance {
@@ -114,12 +119,17 @@ impl SolverPerformance {
             iterations: 0,
             converged: controls.converged(initial, initial),
             history: vec![initial],
+            singular: false,
         }
     }
 
     /// OpenFOAM's log line of a finished solve by `solver`, and a warning
     /// when it did not converge after that many `unit` (iterations, sweeps).
     pub(crate) fn log(&self, solver: &str, unit: &str, field: &str, controls: &SolverControls) {
+        if self.singular {
+            log::info!("{solver}:  Solving for {field}:  solution singularity");
+            return;
+        }
         log::info!(
             "{solver}:  Solving for {field}, Initial residual = {}, Final residual = {}, No \
              Iterations {}",
@@ -138,6 +148,13 @@ impl SolverPerformance {
             );
         }
     }
+}
+
+/// A Krylov solver's name in its log line: OpenFOAM's, the preconditioner's
+/// name before the method's (`DICPCG`, `DILUPBiCGStab`), or the method's
+/// alone where the preconditioner has no name.
+pub(crate) fn solver_name(preconditioner: Option<&str>, method: &str) -> String {
+    format!("{}{method}", preconditioner.unwrap_or(""))
 }
 
 impl InitialNorms {
@@ -221,6 +238,11 @@ pub trait CgBackend: Executor {
     fn flexible_term(&self, _z: &Self::Vector, _q: &Self::Vector) -> Option<f64> {
         None
     }
+
+    /// The preconditioner's name in the log line ([`solver_name`]).
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// The four steps of [`CgBackend`] every backend must give, each passed on
@@ -247,6 +269,9 @@ macro_rules! cg_steps_of {
             r: &mut Self::Vector,
         ) -> f64 {
             self.$inner.update_solution(alpha, p, q, x, r)
+        }
+        fn preconditioner_name(&self) -> Option<&'static str> {
+            self.$inner.preconditioner_name()
         }
     };
 }
@@ -474,7 +499,8 @@ pub fn pcg<B: CgBackend>(
     field: &str,
 ) -> Result<SolverPerformance, SolveError> {
     let perf = pcg_unlogged(backend, b, x, controls, field)?;
-    perf.log("PCG", "iterations", field, controls);
+    let solver = solver_name(backend.preconditioner_name(), "PCG");
+    perf.log(&solver, "iterations", field, controls);
     Ok(perf)
 }
 
@@ -515,14 +541,20 @@ where
 {
     controls.validate()?;
     let (r, perf, run) = initial_residual(&start_backend, b, x, controls)?;
-    let perf = match run {
+    let (perf, preconditioner) = match run {
         Some((limit, rule)) => {
             let backend = set_up(start_backend)?;
-            iterations(&backend, x, r, perf, limit, &rule, field)?
+            let perf = iterations(&backend, x, r, perf, limit, &rule, field)?;
+            (perf, backend.preconditioner_name())
         }
-        None => perf,
+        None => (perf, start_backend.preconditioner_name()),
     };
-    perf.log("PCG", "iterations", field, controls);
+    perf.log(
+        &solver_name(preconditioner, "PCG"),
+        "iterations",
+        field,
+        controls,
+    );
     Ok(perf)
 }
 

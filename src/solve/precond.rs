@@ -185,6 +185,21 @@ impl Preconditioner {
         }
     }
 
+    /// Its name before the Krylov method's in the log line, where OpenFOAM
+    /// has the preconditioner (`DICPCG`, `diagonalPCG`, `nonePCG`, `GAMGPCG`,
+    /// `DILUPBiCGStab`: [`solver_name`](super::pcg::solver_name)); the
+    /// lines of the others name the method alone.
+    pub fn log_name(&self) -> Option<&'static str> {
+        match self {
+            Self::Kind(PreconditionerKind::None) => Some("none"),
+            Self::Kind(PreconditionerKind::Jacobi) => Some("diagonal"),
+            Self::Kind(PreconditionerKind::Dic) => Some("DIC"),
+            Self::Kind(PreconditionerKind::Dilu) => Some("DILU"),
+            Self::Amg(_) => Some("GAMG"),
+            _ => None,
+        }
+    }
+
     /// Checks the parameters only, for the nonsymmetric Krylov methods
     /// (GMRES, BiCGStab take RAS, which [`Preconditioner::check`] refuses).
     pub fn validate(&self) -> Result<(), SolveError> {

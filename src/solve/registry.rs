@@ -79,10 +79,8 @@ pub struct GpuDefault {
     /// Keys that ask for the given settings exactly: with any of them the
     /// GPU runs what is given (its device form), not this row.
     pub explicit_keys: &'static [&'static str],
-    /// What the GPU runs.
+    /// What the GPU runs (the log names it by its `Display`).
     pub runs: GpuDefaultSettings,
-    /// What runs, as the log names it.
-    pub runs_as: &'static str,
     /// Why, and the measurement that says so.
     pub why: &'static str,
 }
@@ -106,6 +104,38 @@ pub enum GpuDefaultSettings {
         /// The coarse correction's scaling θ (`overCorrection`).
         over_correction: f64,
     },
+}
+
+/// What runs, as the log names it: made from the settings, so that it
+/// cannot say other values than those the GPU runs.
+impl fmt::Display for GpuDefaultSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Polynomial {
+                kind,
+                degree,
+                precision,
+            } => write!(
+                f,
+                "PCG with the {}({degree}) polynomial in {} precision",
+                kind.name(),
+                precision.name()
+            ),
+            Self::Amg {
+                cycle,
+                precision,
+                passes,
+                omega,
+                over_correction,
+            } => write!(
+                f,
+                "AMG-PCG, {}-cycle in {} precision, {passes} matching passes, omega {omega}, \
+                 over-correction {over_correction}",
+                cycle.name(),
+                precision.name()
+            ),
+        }
+    }
 }
 
 impl GpuDefault {
@@ -153,7 +183,7 @@ impl GpuDefault {
     pub fn message(&self, field: &str) -> String {
         format!(
             "{field}: {} runs on the GPU as {} ({})",
-            self.given, self.runs_as, self.why
+            self.given, self.runs, self.why
         )
     }
 
@@ -181,10 +211,6 @@ const AMG_V_MIXED: GpuDefaultSettings = GpuDefaultSettings::Amg {
     over_correction: 1.8,
 };
 
-/// How the log names [`AMG_V_MIXED`].
-const AMG_V_MIXED_NAME: &str =
-    "AMG-PCG, V-cycle in mixed precision, 2 matching passes, omega 0.9, over-correction 1.8";
-
 /// DIC / FDIC in PCG without `precision`: AMG-PCG, whose hierarchy a run
 /// sets up once on the device-assembled matrix and keeps while the matrix
 /// holds (outer iterations, non-orthogonal and PISO correctors).
@@ -193,7 +219,6 @@ pub static DIC_ON_GPU: GpuDefault = GpuDefault {
     registration: "DIC",
     explicit_keys: &["precision"],
     runs: AMG_V_MIXED,
-    runs_as: AMG_V_MIXED_NAME,
     why: "faster to the same tolerance than Chebyshev(4) and level-scheduled DIC, its set-up \
           kept while the matrix holds: bench --preconditioners, docs/src/gpu.md",
 };
@@ -204,7 +229,6 @@ pub static IC0_ON_GPU: GpuDefault = GpuDefault {
     registration: "IC0",
     explicit_keys: &["precision"],
     runs: AMG_V_MIXED,
-    runs_as: AMG_V_MIXED_NAME,
     why: "faster to the same tolerance than Chebyshev(4) and level-scheduled IC(0), its set-up \
           kept while the matrix holds: bench --preconditioners, docs/src/gpu.md",
 };
@@ -215,7 +239,6 @@ pub static GAMG_ON_GPU: GpuDefault = GpuDefault {
     registration: "AMG",
     explicit_keys: AMG_GPU_KEYS,
     runs: AMG_V_MIXED,
-    runs_as: AMG_V_MIXED_NAME,
     why: "the GPU's fastest AMG settings, faster than the K-cycle in double precision: \
           docs/src/measurements.md, AMG tuning",
 };

@@ -88,4 +88,10 @@ impl DevicePreconditioner for DeviceDiagonal<'_> {
     fn is_linear(&self) -> bool {
         true
     }
+    fn preconditioner_name(&self) -> Option<&'static str> {
+        Some(match self.inv_diag {
+            Some(_) => "diagonal",
+            None => "none",
+        })
+    }
 }
