@@ -117,4 +117,16 @@ fn unsupported_and_bad_dictionaries_are_refused_by_name() {
     );
     let err = error_of_edit("wedge", "hex (0 1 4 3 6 7 10 9)", "hex (0 1 4 3 6 7 10 10)");
     assert!(err.contains("repeats a vertex"), "{err}");
+    // A block cut short: the line of its shape word names it.
+    let last_block = "hex (4 13 12 3 10 15 14 9) (3 4 2) simpleGrading (2 1 1.5)";
+    let err = error_of_edit("no-vertices", last_block, &format!("{last_block} hex"));
+    assert!(
+        err.ends_with("blockMeshDict:45: block 3: missing its vertices"),
+        "{err}"
+    );
+    let err = error_of_edit("no-counts", last_block, "hex (4 13 12 3 10 15 14 9)");
+    assert!(
+        err.ends_with("blockMeshDict:45: block 2: missing its cell counts (nx ny nz)"),
+        "{err}"
+    );
 }

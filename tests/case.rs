@@ -136,6 +136,22 @@ fn errors_name_file_line_and_key() {
         "{err}"
     );
 
+    // A key of the other time scheme is refused at its value; of two, the
+    // one checked first.
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[time]\nendTime = 1\n";
+    let err = parse_err(text, "steady_end_time");
+    assert!(
+        err.contains("case.toml:4:11: time.endTime does not apply to the steadyState scheme"),
+        "{err}"
+    );
+    let text = "[mesh]\nsource = \"box:2x2x2\"\n[time]\nscheme = \"Euler\"\n\
+                residualControl = 0.1\nmaxIterations = 5\n";
+    let err = parse_err(text, "euler_max_iterations");
+    assert!(
+        err.contains("case.toml:6:17: time.maxIterations does not apply to the Euler scheme"),
+        "{err}"
+    );
+
     let text = "[mesh]\nsource = \"box:2x2x2\"\n[time]\nscheme = \"Euler\"\ndeltaT = 0.1\n";
     let err = parse_err(text, "euler");
     assert!(

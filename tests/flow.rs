@@ -181,8 +181,10 @@ case = "cavity"
         "{written:?}"
     );
 
-    // A smoother that needs symmetry, and an unknown velocity condition, are
-    // refused with file, line and key.
+    // A smoother that needs symmetry, an unknown velocity condition, and a
+    // value missing or given against a condition's kind are refused with
+    // file, line and key.
+    let ymax_p = "p = { type = \"zeroGradient\" }";
     for (bad, line, words) in [
         (
             case.replace("smoother = \"symGaussSeidel\"", "smoother = \"DIC\""),
@@ -193,6 +195,29 @@ case = "cavity"
             case.replace("type = \"noSlip\"", "type = \"slip\""),
             11,
             "boundary.default.U: unknown velocity condition 'slip'",
+        ),
+        (
+            case.replace(", value = [1.0, 0.0, 0.0]", ""),
+            8,
+            "boundary.ymax.U: fixedValue needs a value",
+        ),
+        (
+            case.replace(
+                "type = \"noSlip\"",
+                "type = \"noSlip\", value = [0.0, 0.0, 0.0]",
+            ),
+            11,
+            "boundary.default.U: a noSlip condition takes no value",
+        ),
+        (
+            case.replacen(ymax_p, "p = { type = \"fixedValue\" }", 1),
+            9,
+            "boundary.ymax.p: fixedValue needs a value",
+        ),
+        (
+            case.replacen(ymax_p, "p = { type = \"zeroGradient\", value = 0 }", 1),
+            9,
+            "boundary.ymax.p: a zeroGradient condition takes no value",
         ),
     ] {
         write_case_toml(&dir, &bad);

@@ -629,24 +629,27 @@ impl Source<'_> {
 
     fn time(&self, section: &TimeSection) -> Result<TimeControl, CaseError> {
         let scheme = section.scheme.as_ref();
-        let misplaced = |name: &str, present: Option<Range<usize>>, scheme: &str| match present {
-            Some(span) => Err(self.error(
-                span,
-                format!("time.{name} does not apply to the {scheme} scheme"),
-            )),
-            None => Ok(()),
+        // The first of `keys` given, refused: it belongs to the other scheme.
+        let misplaced = |scheme: &str, keys: [(&str, Option<Range<usize>>); 2]| {
+            let given = keys
+                .into_iter()
+                .find_map(|(name, span)| Some((name, span?)));
+            match given {
+                Some((name, span)) => Err(self.error(
+                    span,
+                    format!("time.{name} does not apply to the {scheme} scheme"),
+                )),
+                None => Ok(()),
+            }
         };
         match scheme.map_or("steadyState", |s| s.get_ref().as_str()) {
             "steadyState" => {
                 misplaced(
-                    "deltaT",
-                    section.delta_t.as_ref().map(|s| s.span()),
                     "steadyState",
-                )?;
-                misplaced(
-                    "endTime",
-                    section.end_time.as_ref().map(|s| s.span()),
-                    "steadyState",
+                    [
+                        ("deltaT", section.delta_t.as_ref().map(Spanned::span)),
+                        ("endTime", section.end_time.as_ref().map(Spanned::span)),
+                    ],
                 )?;
                 let residual_tolerance = match &section.residual_control {
                     Some(r) if !(r.get_ref().is_finite() && *r.get_ref() >= 0.0) => {
@@ -672,14 +675,17 @@ impl Source<'_> {
             }
             "Euler" => {
                 misplaced(
-                    "maxIterations",
-                    section.max_iterations.as_ref().map(|s| s.span()),
                     "Euler",
-                )?;
-                misplaced(
-                    "residualControl",
-                    section.residual_control.as_ref().map(|s| s.span()),
-                    "Euler",
+                    [
+                        (
+                            "maxIterations",
+                            section.max_iterations.as_ref().map(Spanned::span),
+                        ),
+                        (
+                            "residualControl",
+                            section.residual_control.as_ref().map(Spanned::span),
+                        ),
+                    ],
                 )?;
                 let positive = |v: &Option<Spanned<f64>>, name: &str| match v {
                     Some(v) if v.get_ref().is_finite() && *v.get_ref() > 0.0 => Ok(*v.get_ref()),

@@ -451,6 +451,26 @@ fn vector_value(src: &Source, value: &Spanned<toml::Value>, key: &str) -> Result
     })
 }
 
+/// The value of the condition `entry` (`key` in errors), which its kind
+/// takes or not (`takes_value`): an error where a value is given that the
+/// kind does not take, or where one it needs is missing.
+fn given_value<'e>(
+    src: &Source,
+    key: &str,
+    entry: &'e PatchEntry,
+    takes_value: bool,
+) -> Result<Option<&'e Spanned<toml::Value>>, CaseError> {
+    let kind = entry.kind.get_ref();
+    match (&entry.value, takes_value) {
+        (Some(v), false) => Err(src.error(
+            v.span(),
+            format!("{key}: a {kind} condition takes no value"),
+        )),
+        (None, true) => Err(src.error(entry.kind.span(), format!("{key}: {kind} needs a value"))),
+        (value, _) => Ok(value.as_ref()),
+    }
+}
+
 fn velocity_condition(
     src: &Source,
     patch: &str,
@@ -459,21 +479,10 @@ fn velocity_condition(
     let key = format!("boundary.{patch}.U");
     let kind = entry.kind.get_ref().as_str();
     let takes_value = matches!(kind, "fixedValue" | "movingWallVelocity");
-    match (&entry.value, takes_value) {
-        (Some(v), false) => {
-            return Err(src.error(
-                v.span(),
-                format!("{key}: a {kind} condition takes no value"),
-            ))
-        }
-        (None, true) => {
-            return Err(src.error(entry.kind.span(), format!("{key}: {kind} needs a value")))
-        }
-        _ => {}
-    }
+    let value = given_value(src, &key, entry, takes_value)?;
     Ok(match kind {
         "fixedValue" | "movingWallVelocity" => {
-            let value = entry.value.as_ref().expect("checked above");
+            let value = value.expect("checked above");
             VelocityCondition::FixedValue(VectorValues::Uniform(vector_value(src, value, &key)?))
         }
         "noSlip" => VelocityCondition::FixedValue(VectorValues::Uniform(Vec3::zeros())),
@@ -499,8 +508,9 @@ fn pressure_condition(
 ) -> Result<BoundaryCondition, CaseError> {
     let key = format!("boundary.{patch}.p");
     let kind = entry.kind.get_ref().as_str();
-    match (&entry.value, kind) {
-        (Some(v), "fixedValue") => match v.get_ref() {
+    // Only fixedValue takes a value, and it needs one.
+    if let Some(v) = given_value(src, &key, entry, kind == "fixedValue")? {
+        return match v.get_ref() {
             toml::Value::Integer(i) => Ok(BoundaryCondition::FixedValue(PatchValues::Uniform(
                 *i as f64,
             ))),
@@ -511,20 +521,12 @@ fn pressure_condition(
                 v.span(),
                 format!("{key}: the value must be a finite number"),
             )),
-        },
-        (None, "fixedValue") => Err(src.error(
-            entry.kind.span(),
-            format!("{key}: fixedValue needs a value"),
-        )),
-        (Some(v), _) => Err(src.error(
-            v.span(),
-            format!("{key}: a {kind} condition takes no value"),
-        )),
-        (None, "zeroGradient" | "symmetry" | "symmetryPlane") => {
-            Ok(BoundaryCondition::ZeroGradient)
-        }
-        (None, "empty") => Ok(BoundaryCondition::Empty),
-        (None, other) => Err(src.error(
+        };
+    }
+    match kind {
+        "zeroGradient" | "symmetry" | "symmetryPlane" => Ok(BoundaryCondition::ZeroGradient),
+        "empty" => Ok(BoundaryCondition::Empty),
+        other => Err(src.error(
             entry.kind.span(),
             format!(
                 "{key}: unknown pressure condition '{other:.80}' (expected zeroGradient, \

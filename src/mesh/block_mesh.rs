@@ -1038,12 +1038,10 @@ fn read_blocks(
                 ))
             }
         }
+        let missing =
+            |what: &str| parse_err(file, shape.line, format!("block {b}: missing its {what}"));
         let [vertex_list, tail @ ..] = tail else {
-            return Err(parse_err(
-                file,
-                shape.line,
-                format!("block {b}: missing its vertices"),
-            ));
+            return Err(missing("vertices"));
         };
         let labels = label_list(file, vertex_list, 8, &format!("block {b} vertices"))?;
         if let Some(v) = labels.iter().find(|&&v| v >= n_vertices) {
@@ -1067,11 +1065,7 @@ fn read_blocks(
             tail = t;
         }
         let [counts, t @ ..] = tail else {
-            return Err(parse_err(
-                file,
-                shape.line,
-                format!("block {b}: missing its cell counts (nx ny nz)"),
-            ));
+            return Err(missing("cell counts (nx ny nz)"));
         };
         let n = label_list(file, counts, 3, &format!("block {b} cell counts"))?;
         if n.contains(&0) {
