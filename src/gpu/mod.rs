@@ -31,6 +31,9 @@ pub mod fsai;
 pub mod fsai_setup;
 mod graphs;
 pub mod ic;
+/// ILU(k)'s and the Schwarz preconditioners' device half, kept in the
+/// ILU folder (`solve::ilu`).
+#[path = "../solve/ilu/cuda.rs"]
 pub mod ilu;
 /// Jacobi's device half, kept in its algorithm's folder (`solve::jacobi`).
 #[path = "../solve/jacobi/cuda.rs"]
