@@ -195,7 +195,7 @@ extern "C" __global__ void ic_dic_factor(int count, int first, const int* __rest
 
 // DILU factor, one level (OpenFOAM DILUPreconditioner::calcReciprocalD):
 // d_j = a_jj - sum over lower slots s = (j, i) ascending of a_ij a_ji / d_i,
-// a_ij read at the transposed slot; src/solve/ilu.rs dilu. A pivot failing
+// a_ij read at the transposed slot; src/solve/ilu/cpu.rs dilu. A pivot failing
 // |d_j| > tiny_j (or not finite) lowers `failed` as in ic_dic_factor.
 extern "C" __global__ void ic_dilu_factor(int count, int first, const int* __restrict__ rows,
                                           const u64* __restrict__ row_ptr,
@@ -393,7 +393,7 @@ extern "C" __global__ void ic_diag_slots(int n, const u64* __restrict__ row_ptr,
 }
 
 // transposed[s] = the slot (j, i) of each slot s = (i, j) (binary search of
-// row j's ascending columns; solve/ilu.rs transposed_slots), 32-bit (the
+// row j's ascending columns; solve/ilu/mod.rs transposed_slots), 32-bit (the
 // CSR has fewer than 2^32 entries: half the bytes of u64 to allocate at the
 // set-up and to read in IC(0)'s backward sweep). A missing
 // partner lowers failed[0] to i + 1 (atomicMin from n + 1). One thread per row.

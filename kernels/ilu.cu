@@ -1,9 +1,9 @@
-// Incomplete LU on the GPU by level scheduling (src/gpu/ilu.rs; Yang 2015
-// §2.9-2.11): the numeric ILU factorisation on the padded ILU(k) pattern and
-// the forward/backward sweeps, one launch per level, one thread per row, and
-// the gather/scatter of the Schwarz preconditioner (src/solve/schwarz.rs).
+// Incomplete LU on the GPU by level scheduling (src/solve/ilu/cuda.rs; Yang
+// 2015 §2.9-2.11): the numeric ILU factorisation on the padded ILU(k) pattern
+// and the forward/backward sweeps, one launch per level, one thread per row.
+// The Schwarz preconditioner's gather and scatter are kernels/schwarz.cu.
 //
-// The factor and the sweeps repeat src/solve/ilu.rs operation for operation
+// The factor and the sweeps repeat src/solve/ilu/cpu.rs operation for operation
 // with the _rn intrinsics (no FMA contraction), so factors and applications
 // equal the CPU's bit for bit. L is unit lower (strictly lower slots), U the
 // diagonal and upper slots, in place in `lu` (u64 from spmv.cu). The sweeps
@@ -65,28 +65,4 @@ extern "C" __global__ void ilu_backward(int count, int first, const int* __restr
     for (u64 s = di + 1; s < row_ptr[i + 1]; ++s)
         acc = __dsub_rn(acc, __dmul_rn(lu[s], z[cols[s]]));
     z[i] = __ddiv_rn(acc, lu[di]);
-}
-
-// Schwarz gather: r_B[c] = r[gather[c]] over the concatenated block rows.
-extern "C" __global__ void schwarz_gather(int n_blocks_rows, const int* __restrict__ gather,
-                                          const double* __restrict__ r, double* rb,
-                                          const double* done) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= n_blocks_rows || gated_off(done)) return;
-    rb[c] = r[gather[c]];
-}
-
-// Schwarz scatter, one thread per row g of A: z_g = the first listed block
-// value plus the others in list order (RAS lists the owner only; AS every
-// block row holding g, ascending, as the CPU sums them).
-extern "C" __global__ void schwarz_scatter(int n, const u64* __restrict__ ptr,
-                                           const int* __restrict__ list,
-                                           const double* __restrict__ yb, double* z,
-                                           const double* done) {
-    const int g = blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= n || gated_off(done)) return;
-    u64 p = ptr[g];
-    double acc = yb[list[p]];
-    for (++p; p < ptr[g + 1]; ++p) acc = __dadd_rn(acc, yb[list[p]]);
-    z[g] = acc;
 }

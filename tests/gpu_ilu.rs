@@ -1,15 +1,17 @@
 //! Level-scheduled ILU(k), DILU and Schwarz on the GPU (`gpu::ilu`,
-//! `gpu::ic` DILU) against the CPU (`solve::ilu`, `solve::schwarz`): same
-//! matrix, same row order, so the factors and the applications must agree
-//! bit for bit (the number of differing values is printed and must be 0),
-//! and the solves must take the CPU's iterations. Prints
-//! `skipped: no CUDA device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
+//! `gpu::schwarz`, `gpu::ic` DILU) against the CPU (`solve::ilu`,
+//! `solve::schwarz`): same matrix, same row order, so the factors and the
+//! applications must agree bit for bit (the number of differing values is
+//! printed and must be 0), and the solves must take the CPU's iterations.
+//! Prints `skipped: no CUDA device` without a GPU (unless
+//! FVPOISSON_REQUIRE_GPU=1).
 
 use fvpoisson::fvm::convection::{convection_diffusion, swirl};
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
-use fvpoisson::gpu::ilu::{DeviceIlu, DeviceSchwarz};
+use fvpoisson::gpu::ilu::DeviceIlu;
 use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuSolver};
+use fvpoisson::gpu::schwarz::DeviceSchwarz;
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::ilu::{dilu, Ilu};

@@ -1,5 +1,6 @@
 //! `fvpoisson bench --ilu`: GMRES(20) with level-scheduled ILU(k), DILU and
-//! (nested) restricted additive Schwarz on the GPU (`gpu::ilu`) against
+//! (nested) restricted additive Schwarz on the GPU (`gpu::ilu`,
+//! `gpu::schwarz`) against
 //! GMRES(20) with Jacobi measured in the same run, in Yang 2015's setting
 //! (Yang 2015, §3.4–3.5: 3-D Poisson 120³, 7-point, Dirichlet; GMRES(20), left
 //! preconditioning, MGS) and on the convection–diffusion system of each
@@ -26,8 +27,9 @@ use std::time::Instant;
 
 use super::tables::{controls, convergence_mark, BenchSettings, Row, TimingRows};
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
-use fvpoisson::gpu::ilu::{DeviceIlu, DeviceSchwarz};
+use fvpoisson::gpu::ilu::DeviceIlu;
 use fvpoisson::gpu::krylov::{run_krylov, DeviceDiagonal, GpuKrylovBackend};
+use fvpoisson::gpu::schwarz::DeviceSchwarz;
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::Gpu;
 use fvpoisson::solve::colouring::Colouring;

@@ -100,7 +100,7 @@ pub fn preconditioners() -> Vec<KrylovPreconditioner> {
                 let s = "ras:subdomains=64:overlap=1"
                     .parse()
                     .map_err(SolveError::InvalidControls)?;
-                Ok(Box::new(fvpoisson::gpu::ilu::DeviceSchwarz::new(
+                Ok(Box::new(fvpoisson::gpu::schwarz::DeviceSchwarz::new(
                     gpu, a, &s,
                 )?))
             },

@@ -31,6 +31,8 @@ pub mod fsai;
 pub mod fsai_setup;
 mod graphs;
 pub mod ic;
+/// ILU(k)'s device half, kept in its algorithm's folder (`solve::ilu`).
+#[path = "../solve/ilu/cuda.rs"]
 pub mod ilu;
 /// Jacobi's device half, kept in its algorithm's folder (`solve::jacobi`).
 #[path = "../solve/jacobi/cuda.rs"]
@@ -51,6 +53,10 @@ pub mod peer;
 pub mod polynomial;
 pub mod registered;
 mod scan;
+/// The Schwarz preconditioners' device half, kept in their algorithm's
+/// folder (`solve::schwarz`).
+#[path = "../solve/schwarz/cuda.rs"]
+pub mod schwarz;
 pub mod setup;
 pub mod simple;
 pub mod smooth;
@@ -132,6 +138,7 @@ const KERNEL_SOURCES: &[KernelSource] = &[
     kernel_source!("peer.cu" needs ["spmv.cu", "pcg.cu"]),
     kernel_source!("ssor.cu" needs ["spmv.cu", "smooth.cu"]),
     kernel_source!("neumann.cu" needs ["spmv.cu"]),
+    kernel_source!("schwarz.cu" needs ["spmv.cu", "smooth.cu"]),
 ];
 
 /// What starts a kernel's definition in a source.

@@ -23,10 +23,11 @@ use std::fmt;
 
 use super::amg::{AmgSettings, CycleKind};
 use super::fsai::FsaiSettings;
+use super::ilu;
 use super::jacobi::JacobiSettings;
 use super::neumann::NeumannSettings;
 use super::polynomial::{PolynomialKind, PolynomialSettings};
-use super::precond::{check_fill_level, parse_fill_level, Preconditioner, PreconditionerKind};
+use super::precond::{Preconditioner, PreconditionerKind};
 use super::scalar::Precision;
 use super::schwarz::{SchwarzKind, SchwarzSettings};
 use super::smoother::SmootherSettings;
@@ -604,42 +605,14 @@ const AMG_IGNORED_KEYS: &[&str] = AMG_KEYS.split_at(15).1;
 /// than [`GAMG_ON_GPU`].
 const AMG_GPU_KEYS: &[&str] = AMG_KEYS.split_at(15).0.split_at(5).1;
 
-/// ILU(k): k from the name (`ilu0`, `ilu1`) or the `fillLevel` key.
+/// ILU(k): the folder's parser (`ilu::fill_level_from_keys`).
 fn ilu_from_keys(name: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
-    let lower = name.to_ascii_lowercase();
-    let from_name = match lower.strip_prefix("ilu") {
-        Some("" | "k") | None => None,
-        Some(k) => Some(parse_fill_level(k)?),
-    };
-    let k = match (from_name, keys.get("fillLevel")) {
-        (Some(_), Some(_)) => {
-            return Err(format!(
-                "{name} names its fill level; give ILU with fillLevel, or {name} alone"
-            ))
-        }
-        (Some(k), None) => k,
-        (None, Some(v)) => parse_fill_level(v)?,
-        (None, None) if lower == "iluk" => {
-            return Err("iluk needs its fill level (iluk:K or fillLevel K)".into())
-        }
-        (None, None) => 0,
-    };
-    check_fill_level(k)?;
-    Ok(Preconditioner::Ilu(k))
+    ilu::fill_level_from_keys(name, keys).map(Preconditioner::Ilu)
 }
 
+/// RAS / AS: the folder's parser (`SchwarzSettings::from_keys`).
 fn schwarz_from_keys(name: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
-    let kind = if name.eq_ignore_ascii_case("ras") {
-        SchwarzKind::Restricted
-    } else {
-        SchwarzKind::Additive
-    };
-    let mut s = SchwarzSettings::new(kind);
-    for (key, value) in keys.iter() {
-        s.set(key, value)?;
-    }
-    s.validate()?;
-    Ok(Preconditioner::Schwarz(s))
+    SchwarzSettings::from_keys(name, keys).map(Preconditioner::Schwarz)
 }
 
 fn fsai_from_keys(_: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
@@ -656,15 +629,6 @@ const SMOOTHER_KEYS: &[&str] = &[
     "blockSize",
     "asynchronous",
     "precision",
-];
-const SCHWARZ_KEYS: &[&str] = &[
-    "subdomains",
-    "overlap",
-    "fillLevel",
-    "fill",
-    "nested",
-    "innerOverlap",
-    "inner-overlap",
 ];
 
 /// Every preconditioner, once. The order is the order of listings.
@@ -743,7 +707,7 @@ pub static PRECONDITIONERS: &[Registration] = &[
     },
     Registration {
         names: &["RAS"],
-        keys: SCHWARZ_KEYS,
+        keys: SchwarzSettings::KEYS,
         positional: None,
         summary: "restricted additive Schwarz over METIS sub-domains",
         from_keys: schwarz_from_keys,
@@ -752,7 +716,7 @@ pub static PRECONDITIONERS: &[Registration] = &[
     },
     Registration {
         names: &["AS"],
-        keys: SCHWARZ_KEYS,
+        keys: SchwarzSettings::KEYS,
         positional: None,
         summary: "symmetric additive Schwarz over METIS sub-domains",
         from_keys: schwarz_from_keys,

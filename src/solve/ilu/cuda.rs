@@ -1,27 +1,26 @@
-//! Incomplete LU and Schwarz preconditioners on the GPU (`kernels/ilu.cu`),
-//! equal bit for bit to `solve::ilu::Ilu` and `solve::schwarz::Schwarz` on
-//! the same matrix and row order.
+//! ILU(k) on the device (compiled as `gpu::ilu`; see `solve::ilu`), equal
+//! bit for bit to `solve::ilu::Ilu` on the same matrix and row order, and
+//! the device preconditioner of GMRES / BiCGStab (and of PCG's ILU and
+//! Schwarz) for the factorisations: ILU(k), Schwarz (`gpu::schwarz`), DIC,
+//! DILU and IC(0) (`gpu::ic`).
 //!
-//! The symbolic ILU(k) pattern and the Schwarz decomposition (METIS, overlap,
-//! the block matrix) are built on the host, as Yang 2015 does (Yang 2015
-//! §2.10); the numeric factorisation runs on the device level by level (row
-//! i's factor needs the rows of its L part: the forward schedule of the
-//! padded pattern), and each sweep is one launch per level, one thread per
-//! row (as `gpu::ic`). Schwarz concatenates every block into one
-//! block-diagonal matrix, so the blocks' levels merge: one launch per level
-//! of the deepest block, all blocks' rows of that level in it.
+//! The symbolic ILU(k) pattern is built on the host, as Yang 2015 does
+//! (Yang 2015 §2.10); the numeric factorisation runs on the device level by
+//! level (row i's factor needs the rows of its L part: the forward schedule
+//! of the padded pattern), and each sweep is one launch per level, one
+//! thread per row (as `gpu::ic`), kernels in `kernels/ilu.cu`.
 
 use cudarc::driver::CudaSlice;
 
 use super::ic::{DeviceIncompleteCholesky, DeviceLevels, IcKind};
 use super::krylov::DeviceDiagonal;
 use super::pcg::{GpuSolveOptions, GpuSolver};
+use super::schwarz::DeviceSchwarz;
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, Gpu, GpuError};
 use crate::solve::ilu::{diagonal_slots, pivot_thresholds, symbolic, zero_pivot};
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::registry::{self, Role};
-use crate::solve::schwarz::{Decomposition, SchwarzKind, SchwarzSettings};
 use crate::solve::{Preconditioner, SolveError, SolverControls, SolverPerformance};
 use crate::sparse::fill::FillPattern;
 use crate::sparse::levels::LevelSchedule;
@@ -121,111 +120,6 @@ impl DevicePreconditioner for DeviceIlu<'_> {
         self.backward.launch_each(gpu, "ilu_backward", |a| {
             a.arg(&self.row_ptr).arg(&self.cols).arg(&self.diag_slot);
             a.arg(&self.lu).arg(z);
-            arg_or_null(a, done);
-        })
-    }
-    fn is_linear(&self) -> bool {
-        true
-    }
-}
-
-/// The blocks' factor on the device.
-enum DeviceBlockFactor<'g> {
-    Ilu(Box<DeviceIlu<'g>>),
-    Ic0(Box<DeviceIncompleteCholesky<'g>>),
-}
-
-/// RAS / AS on the device: gather, the block factor's sweeps over all blocks
-/// at once, scatter.
-pub struct DeviceSchwarz<'g> {
-    gpu: &'g Gpu,
-    n: usize,
-    n_block_rows: usize,
-    gather: CudaSlice<i32>,
-    scatter_ptr: CudaSlice<u64>,
-    scatter_list: CudaSlice<i32>,
-    rb: CudaSlice<f64>,
-    yb: CudaSlice<f64>,
-    factor: DeviceBlockFactor<'g>,
-}
-
-impl<'g> DeviceSchwarz<'g> {
-    /// The decomposition on the host, the block factor on the device.
-    pub fn new(gpu: &'g Gpu, a: &Csr, settings: &SchwarzSettings) -> Result<Self, SolveError> {
-        let d = Decomposition::new(a, settings)?;
-        let factor = match settings.kind {
-            SchwarzKind::Restricted => DeviceBlockFactor::Ilu(Box::new(DeviceIlu::new(
-                gpu,
-                &d.matrix,
-                settings.fill_level,
-            )?)),
-            SchwarzKind::Additive => DeviceBlockFactor::Ic0(Box::new(
-                DeviceIncompleteCholesky::new(gpu, &d.matrix, IcKind::Ic0)?,
-            )),
-        };
-        let (ptr, list) = d.scatter_lists(settings.kind, a.n_rows());
-        let to_i32 = |v: &[u32]| v.iter().map(|&x| x as i32).collect::<Vec<_>>();
-        let nb = d.gather.len();
-        let upload = || -> Result<Self, GpuError> {
-            Ok(Self {
-                gpu,
-                n: a.n_rows(),
-                n_block_rows: nb,
-                gather: gpu.upload(&to_i32(&d.gather))?,
-                scatter_ptr: gpu.upload(&ptr.iter().map(|&p| p as u64).collect::<Vec<_>>())?,
-                scatter_list: gpu.upload(&to_i32(&list))?,
-                rb: gpu.zeros(nb)?,
-                yb: gpu.zeros(nb)?,
-                factor,
-            })
-        };
-        upload().map_err(SolveError::from)
-    }
-
-    /// Forward and backward levels of the blocks' factor.
-    pub fn levels(&self) -> (usize, usize) {
-        match &self.factor {
-            DeviceBlockFactor::Ilu(f) => f.levels(),
-            DeviceBlockFactor::Ic0(f) => f.levels(),
-        }
-    }
-
-    /// The blocks' factor values (`Ilu::factors` / `Ic0::factor` of the CPU).
-    pub fn download_factors(&self) -> Result<Vec<f64>, GpuError> {
-        match &self.factor {
-            DeviceBlockFactor::Ilu(f) => f.download_factors(),
-            DeviceBlockFactor::Ic0(f) => f.download_factor(),
-        }
-    }
-}
-
-impl DevicePreconditioner for DeviceSchwarz<'_> {
-    fn n(&self) -> usize {
-        self.n
-    }
-    fn apply_with(
-        &self,
-        r: &CudaSlice<f64>,
-        z: &CudaSlice<f64>,
-        done: Option<&CudaSlice<f64>>,
-    ) -> Result<(), GpuError> {
-        let gpu = self.gpu;
-        let (n, nb) = (self.n as i32, self.n_block_rows as i32);
-        gpu.launch_vector("schwarz_gather", self.n_block_rows, |a| {
-            a.arg(&nb).arg(&self.gather).arg(r).arg(&self.rb);
-            arg_or_null(a, done);
-        })?;
-        let factor: &dyn DevicePreconditioner = match &self.factor {
-            DeviceBlockFactor::Ilu(f) => f.as_ref(),
-            DeviceBlockFactor::Ic0(f) => f.as_ref(),
-        };
-        factor.apply_with(&self.rb, &self.yb, done)?;
-        gpu.launch_vector("schwarz_scatter", self.n, |a| {
-            a.arg(&n)
-                .arg(&self.scatter_ptr)
-                .arg(&self.scatter_list)
-                .arg(&self.yb)
-                .arg(z);
             arg_or_null(a, done);
         })
     }

@@ -24,17 +24,35 @@
 //!
 //! RAS with overlap > 0 is not symmetric and belongs to GMRES/BiCGStab (note
 //! §7); PCG takes the AS form.
+//!
+//! Layout: this folder is the algorithm's home. `mod.rs` holds the settings,
+//! their one parser ([`SchwarzSettings::from_keys`], which the registry's
+//! `RAS` / `AS` registrations call: the command line
+//! `ras:subdomains=64:overlap=1`, case.toml `preconditioner = { name = "RAS",
+//! subdomains = 64 }` and fvSolution `preconditioner { preconditioner RAS;
+//! subdomains 64; }`; its `FromStr` reads the command line's
+//! own `ras:...` / `as:...` form), the decomposition both sides build on the
+//! host ([`Decomposition`]) and these docs; `cpu.rs` the CPU application;
+//! `cuda.rs` the device application (compiled as `gpu::schwarz`, so `solve`
+//! does not depend on `gpu`), whose gather and scatter kernels are in
+//! `kernels/schwarz.cu` and whose block factors are `gpu::ilu`'s ILU(k) and
+//! `gpu::ic`'s IC(0); `tests.rs` the tests. The settings stay
+//! `Preconditioner::Schwarz` (not a `Registered` algorithm): the GPU's PCG
+//! and Krylov paths match that value.
+
+mod cpu;
 
 use std::fmt;
 use std::str::FromStr;
 
 use rayon::prelude::*;
 
-use super::algorithm::{parse_value, set_pairs};
+pub use cpu::Schwarz;
+
+use super::algorithm::{parse_value, set_pairs, KeyValues};
 use super::checks::check_square;
-use super::ic::Ic0;
-use super::ilu::Ilu;
-use super::{LinearOperator, SolveError};
+use super::ilu::check_fill_level;
+use super::SolveError;
 use crate::sparse::ordering::Graph;
 use crate::sparse::partition::graph_parts;
 use crate::sparse::Csr;
@@ -89,6 +107,33 @@ impl SchwarzSettings {
         }
     }
 
+    /// The keys [`SchwarzSettings::set`] takes, as the registry lists them.
+    pub const KEYS: &'static [&'static str] = &[
+        "subdomains",
+        "overlap",
+        "fillLevel",
+        "fill",
+        "nested",
+        "innerOverlap",
+        "inner-overlap",
+    ];
+
+    /// RAS's (`name` `RAS`, any case) or AS's settings from a registered
+    /// name and its keys ([`SchwarzSettings::set`]), validated.
+    pub fn from_keys(name: &str, keys: &KeyValues) -> Result<Self, String> {
+        let kind = if name.eq_ignore_ascii_case("ras") {
+            SchwarzKind::Restricted
+        } else {
+            SchwarzKind::Additive
+        };
+        let mut s = Self::new(kind);
+        for (key, value) in keys.iter() {
+            s.set(key, value)?;
+        }
+        s.validate()?;
+        Ok(s)
+    }
+
     /// Sets one parameter by its command-line name (`subdomains`, `overlap`,
     /// `fill`, `nested`, `inner-overlap`) or fvSolution name (`fillLevel`,
     /// `innerOverlap`).
@@ -119,7 +164,7 @@ impl SchwarzSettings {
         if self.nested == 0 {
             return Err("Schwarz nested is the number of inner blocks, at least 1".into());
         }
-        super::ilu::check_fill_level(self.fill_level)?;
+        check_fill_level(self.fill_level)?;
         if self.kind == SchwarzKind::Additive && self.fill_level != 0 {
             return Err("AS uses IC(0) blocks: fillLevel must be 0 (use RAS for ILU(k))".into());
         }
@@ -348,16 +393,6 @@ impl Decomposition {
     }
 }
 
-/// z_g = the first listed block value, plus the others in list order
-/// ([`Decomposition::scatter_lists`]; the GPU's `schwarz_scatter`).
-fn scatter(ptr: &[usize], list: &[u32], y: &[f64], z: &mut [f64]) {
-    z.par_iter_mut().enumerate().for_each(|(g, z)| {
-        let mut held = list[ptr[g]..ptr[g + 1]].iter().map(|&c| y[c as usize]);
-        let first = held.next().expect("every row is in a block");
-        *z = held.fold(first, |acc, v| acc + v);
-    });
-}
-
 /// The vertices of each part, ascending; empty parts dropped.
 fn group(parts: &[u32], n_parts: usize) -> Vec<Vec<u32>> {
     let mut groups = vec![Vec::new(); n_parts];
@@ -406,127 +441,5 @@ fn membership(rows: &[u32], subset: &[u32]) -> Vec<bool> {
         .collect()
 }
 
-/// The block factor: ILU(k) (RAS) or IC(0) (AS) of the block matrix.
-enum BlockFactor {
-    Ilu(Ilu),
-    Ic0(Ic0<'static>),
-}
-
-/// The Schwarz preconditioner on the CPU.
-pub struct Schwarz {
-    n: usize,
-    settings: SchwarzSettings,
-    decomposition: Decomposition,
-    scatter_ptr: Vec<usize>,
-    scatter_list: Vec<u32>,
-    factor: BlockFactor,
-}
-
-impl Schwarz {
-    pub fn new(a: &Csr, settings: &SchwarzSettings) -> Result<Self, SolveError> {
-        let decomposition = Decomposition::new(a, settings)?;
-        let factor = match settings.kind {
-            SchwarzKind::Restricted => {
-                BlockFactor::Ilu(Ilu::new(&decomposition.matrix, settings.fill_level)?)
-            }
-            SchwarzKind::Additive => {
-                BlockFactor::Ic0(Ic0::owned(decomposition.matrix.clone(), "IC(0)")?)
-            }
-        };
-        let (scatter_ptr, scatter_list) = decomposition.scatter_lists(settings.kind, a.n_rows());
-        Ok(Self {
-            n: a.n_rows(),
-            settings: *settings,
-            decomposition,
-            scatter_ptr,
-            scatter_list,
-            factor,
-        })
-    }
-
-    pub fn decomposition(&self) -> &Decomposition {
-        &self.decomposition
-    }
-    /// The ILU factors of the blocks (RAS).
-    pub fn ilu(&self) -> Option<&Ilu> {
-        match &self.factor {
-            BlockFactor::Ilu(f) => Some(f),
-            BlockFactor::Ic0(_) => None,
-        }
-    }
-    /// Forward and backward levels of the concatenated factors.
-    pub fn levels(&self) -> (usize, usize) {
-        match &self.factor {
-            BlockFactor::Ilu(f) => f.levels(),
-            BlockFactor::Ic0(_) => {
-                let m = &self.decomposition.matrix;
-                (
-                    crate::sparse::levels::LevelSchedule::lower(m).n_levels(),
-                    crate::sparse::levels::LevelSchedule::upper(m).n_levels(),
-                )
-            }
-        }
-    }
-    /// One line for logs and the bench.
-    pub fn describe(&self) -> String {
-        let (lo, up) = self.levels();
-        format!(
-            "{}: {} blocks, {:.3}x rows, levels {lo}/{up}",
-            self.settings,
-            self.decomposition.n_blocks(),
-            self.decomposition.expansion()
-        )
-    }
-}
-
-impl LinearOperator for Schwarz {
-    fn n(&self) -> usize {
-        self.n
-    }
-    fn apply(&self, r: &[f64], z: &mut [f64]) {
-        let rb = self.decomposition.gather(r);
-        let mut yb = vec![0.0; rb.len()];
-        match &self.factor {
-            BlockFactor::Ilu(f) => f.apply(&rb, &mut yb),
-            BlockFactor::Ic0(f) => f.apply(&rb, &mut yb),
-        }
-        scatter(&self.scatter_ptr, &self.scatter_list, &yb, z);
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settings_parse_and_print() {
-        let s: SchwarzSettings = "ras:subdomains=8:overlap=2:fill=1:nested=4"
-            .parse()
-            .unwrap();
-        assert_eq!(s.subdomains, 8);
-        assert_eq!(s.overlap, 2);
-        assert_eq!(s.fill_level, 1);
-        assert_eq!(s.nested, 4);
-        assert_eq!(s.to_string().parse::<SchwarzSettings>().unwrap(), s);
-        crate::test_support::assert_parse_refused::<SchwarzSettings>(&[
-            ("as:fill=1", "IC(0)"),
-            ("ras:bogus=1", "unknown"),
-        ]);
-        assert!("ras:subdomains=0".parse::<SchwarzSettings>().is_err());
-    }
-
-    #[test]
-    fn membership_and_grow() {
-        assert_eq!(
-            membership(&[1, 3, 5, 7], &[3, 7, 9]),
-            vec![false, true, false, true]
-        );
-        // Path 0-1-2-3-4: {2} grown by one layer is {1, 2, 3}.
-        let g =
-            Graph::from_lists(vec![vec![1], vec![0, 2], vec![1, 3], vec![2, 4], vec![3]]).unwrap();
-        let mut mark = vec![u32::MAX; 5];
-        assert_eq!(grow(&g, &[2], 1, &mut mark), vec![1, 2, 3]);
-        assert_eq!(grow(&g, &[0], 3, &mut mark), vec![0, 1, 2, 3]);
-        assert!(mark.iter().all(|&m| m == u32::MAX));
-    }
-}
+mod tests;
