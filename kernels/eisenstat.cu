@@ -1,6 +1,6 @@
 // SGS-PCG by Eisenstat's trick (compiled with spmv.cu; uses
 // block_sum, block_partials2 and u64 from there). CPU reference:
-// src/solve/eisenstat.rs (ScaledTriangles' row formulas, CpuEisenstat's
+// src/solve/eisenstat/cpu.rs (ScaledTriangles' row formulas, CpuEisenstat's
 // update), in the same operation order with the rounding intrinsics (no FMA
 // contraction), so the same colouring gives the same bits per row.
 //
@@ -83,7 +83,7 @@ extern "C" __global__ void eis_forward(int first, int count, int h,
 
 // rho = C^-1 D^-1/2 r over one colour: rho_i = r_i / sqrt(d_i) - sum_j L_ij rho_j.
 // With perm set, the sweeps' rows are a renumbering of x's and r's (row i of
-// the triangles is row perm[i] of r; src/gpu/eisenstat.rs, sorted rows).
+// the triangles is row perm[i] of r; src/solve/eisenstat/cuda.rs, sorted rows).
 extern "C" __global__ void eis_initial(int first, int count, int h,
                                        const u64* __restrict__ slice_ptr,
                                        const int* __restrict__ cols,
@@ -102,7 +102,7 @@ extern "C" __global__ void eis_initial(int first, int count, int h,
 // x += alpha (t / sqrt(d)), rho -= alpha (t + s) and, when r is set,
 // r -= alpha (sqrt(d) g), with partials of sum |r| (0 without r) and
 // rho . rho (block_partials2's layout). alpha = sc[2] / sc[0]: the last
-// rho . rho over this iteration's p . q (src/gpu/eisenstat.rs SCALARS).
+// rho . rho over this iteration's p . q (src/solve/eisenstat/cuda.rs SCALARS).
 extern "C" __global__ void eis_update(int n, double* sc,
                                       const double* __restrict__ inv_sqrt_diag,
                                       const double* __restrict__ sqrt_diag,
@@ -147,7 +147,7 @@ extern "C" __global__ void eis_record(const double* __restrict__ sc, double* __r
 // r = D^1/2 C rho over all rows (it reads rho only): r_i = sqrt(d_i) (rho_i +
 // sum_j L_ij rho_j), stored at row perm[i] when perm is set, with this block's
 // partial of sum |r| at partials[blockIdx.x]. The residual the recursion
-// carries (predicted checks, src/solve/eisenstat.rs residual_row).
+// carries (predicted checks, src/solve/eisenstat/cpu.rs residual_row).
 extern "C" __global__ void eis_residual(int n, int h, const u64* __restrict__ slice_ptr,
                                         const int* __restrict__ cols,
                                         const double* __restrict__ vals,
@@ -167,10 +167,11 @@ extern "C" __global__ void eis_residual(int n, int h, const u64* __restrict__ sl
     if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
-// ---- The set-up on the device (src/gpu/eisenstat.rs DeviceEisenstat::with_sorted_rows)
+// ---- The set-up on the device (src/solve/eisenstat/cuda.rs,
+// DeviceEisenstat::with_sorted_rows)
 // from the resident mod-SELL matrix A (colour-contiguous rows, column codes as
 // in smooth.cu), equal to the host's ScaledTriangles of A in the sweeps' row
-// order (src/solve/eisenstat.rs length_sorted_order) uploaded as SELL.
+// order (src/solve/eisenstat/mod.rs length_sorted_order) uploaded as SELL.
 
 // The colour c of row i: colour_ptr[c] <= i < colour_ptr[c + 1].
 __device__ int eis_colour_of(int i, const int* __restrict__ colour_ptr, int n_colours) {

@@ -26,6 +26,9 @@ pub mod bicgstab;
 pub mod cache;
 pub mod cusparse;
 pub mod deflation;
+/// Eisenstat SGS-PCG's device backend, kept in its method's folder
+/// (`solve::eisenstat`).
+#[path = "../solve/eisenstat/cuda.rs"]
 pub mod eisenstat;
 pub mod fsai;
 pub mod fsai_setup;

@@ -1,6 +1,7 @@
-//! SGS-PCG by Eisenstat's trick on the GPU (`kernels/eisenstat.cu`; the loop
-//! and the CPU reference are `solve::eisenstat`): multicolour symmetric
-//! Gauss–Seidel's iterates at about one matrix read per iteration.
+//! SGS-PCG by Eisenstat's trick on the GPU (compiled as `gpu::eisenstat`;
+//! kernels in `kernels/eisenstat.cu`; the loop and the CPU reference are
+//! `solve::eisenstat`): multicolour symmetric Gauss–Seidel's iterates at
+//! about one matrix read per iteration.
 //!
 //! Layout: the rows renumbered colour by colour (`smooth::colour_layout`,
 //! Jones–Plassmann colours of the RCM order, as multicolour symGS), so that
@@ -34,8 +35,8 @@ use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::colouring::Colouring;
 use crate::solve::cpu::check_system;
 use crate::solve::eisenstat::{
-    eisenstat_cg, length_sorted_order, EisenstatBackend, EisenstatVectors, ResidualCheck,
-    ScaledTriangles, DEFAULT_RESIDUAL_CHECK,
+    broke_down, eisenstat_cg, length_sorted_order, EisenstatBackend, EisenstatVectors,
+    ResidualCheck, ScaledTriangles, DEFAULT_RESIDUAL_CHECK,
 };
 use crate::solve::smoother::check_diagonal;
 use crate::solve::{
@@ -536,6 +537,21 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         self.reduce(vector_grid(self.n) as usize, 2, 1)
     }
 
+    /// One iteration's launches: [`Self::launch_backward`] (β from the
+    /// host, or from `scalars` when `device_beta`), [`Self::launch_forward`]
+    /// and [`Self::launch_update`].
+    fn launch_iteration(
+        &self,
+        beta: f64,
+        device_beta: bool,
+        carried: bool,
+        v: &EisenstatVectors<'_, GpuVector>,
+    ) -> Result<(), GpuError> {
+        self.launch_backward(beta, device_beta, v)?;
+        self.launch_forward(carried, v)?;
+        self.launch_update(carried, v)
+    }
+
     /// Bench: bytes of the backward sweep, the forward sweep and the update,
     /// each array once (12 per stored entry, 8 per vector element read or
     /// written; gathers of t and s and the SELL padding not counted, as in
@@ -559,16 +575,7 @@ impl<'a, 'g> DeviceEisenstat<'a, 'g> {
         let mut work: Vec<GpuVector> = (0..7)
             .map(|_| self.checked_vector())
             .collect::<Result<_, _>>()?;
-        let [x, r, rho, p, t, s, g] = work.get_disjoint_mut([0, 1, 2, 3, 4, 5, 6]).unwrap();
-        let v = EisenstatVectors {
-            x,
-            r,
-            rho,
-            p,
-            t,
-            s,
-            g,
-        };
+        let v = EisenstatVectors::from_slice(&mut work);
         let mut ms = [0.0; 3];
         for (phase, ms) in ms.iter_mut().enumerate() {
             self.gpu.synchronize()?;
@@ -660,9 +667,7 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
         v: &mut EisenstatVectors<'_, GpuVector>,
     ) -> Result<(f64, f64, f64), SolveError> {
         let run = || -> Result<(f64, f64, f64), GpuError> {
-            self.launch_backward(beta, false, v)?;
-            self.launch_forward(carried, v)?;
-            self.launch_update(carried, v)?;
+            self.launch_iteration(beta, false, carried, v)?;
             let sums = self.gpu.download(&self.scalars)?;
             Ok((sums[0], sums[1], sums[2]))
         };
@@ -686,9 +691,7 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
         let count = count.min(MAX_CHUNK);
         let run = || -> Result<Vec<(f64, f64, f64)>, GpuError> {
             for j in 0..count {
-                self.launch_backward(beta, j > 0, v)?;
-                self.launch_forward(carried, v)?;
-                self.launch_update(carried, v)?;
+                self.launch_iteration(beta, j > 0, carried, v)?;
                 let j32 = j as i32;
                 self.gpu.launch("eis_record", 1, 32, 0, |a| {
                     a.arg(&self.scalars).arg(&self.records).arg(&j32);
@@ -699,8 +702,7 @@ impl EisenstatBackend for DeviceEisenstat<'_, '_> {
             for j in 0..count {
                 let record = (all[3 * j], all[3 * j + 1], all[3 * j + 2]);
                 records.push(record);
-                // After a breakdown the rest are meaningless.
-                if record.0.is_nan() || record.0 <= 0.0 {
+                if broke_down(record.0) {
                     break;
                 }
             }
