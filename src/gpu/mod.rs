@@ -2217,18 +2217,30 @@ mod tests {
             let twice = expressions.iter().filter(|f| *f == e).count();
             assert_eq!(twice, 1, "{e} instantiated twice");
         }
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gpu");
-        let mut files = vec![dir.clone()];
+        // This module's files, and the device halves of the algorithm
+        // folders (`src/solve/NAME/cuda.rs`, compiled as `gpu::NAME`).
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = vec![root.join("src/gpu"), root.join("src/solve")];
         let mut checked = 0;
         while let Some(path) = files.pop() {
             if path.is_dir() {
                 files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
                 continue;
             }
+            let device_half = path.file_name().is_some_and(|f| f == "cuda.rs");
+            if path.starts_with(root.join("src/solve")) && !device_half {
+                continue;
+            }
             let text = std::fs::read_to_string(&path).unwrap();
             // Up to the unit tests (this one's own literals would match).
             let text = text.split("#[cfg(test)]").next().unwrap();
-            for call in ["launch(", "kernel_limits(", "allow_dynamic_shared("] {
+            for call in [
+                "launch(",
+                "launch_grid(",
+                "launch_vector(",
+                "kernel_limits(",
+                "allow_dynamic_shared(",
+            ] {
                 for (at, _) in text.match_indices(call) {
                     let rest = text[at + call.len()..].trim_start();
                     let Some(literal) = rest.strip_prefix('"') else {
