@@ -62,6 +62,8 @@ use crate::solve::pcg::{check_divergence, check_residual, record, solver_name};
 use crate::solve::{SolveError, SolverControls, SolverPerformance, StopRule};
 
 const NAME: &str = "PBiCGStab";
+/// The tallest slice `bs_operator` runs as one block (its launch bounds).
+const MAX_SLICE_HEIGHT: usize = 512;
 /// Threads of the one-block finishing kernel.
 const REDUCE_BLOCK: u32 = 1024;
 /// Captured chunk graphs kept (the momentum solvers `U` and `UFinal`, a
@@ -249,6 +251,14 @@ impl<'g> DeviceBicgstab<'g> {
         if !(1..=MAX_LANES).contains(&lanes) {
             return Err(GpuError::Invalid(format!(
                 "the GPU PBiCGStab solves 1 to {MAX_LANES} systems at once, not {lanes}"
+            )));
+        }
+        if options.slice_height > MAX_SLICE_HEIGHT {
+            return Err(GpuError::Invalid(format!(
+                "the GPU PBiCGStab's product runs a slice per block of at most \
+                 {MAX_SLICE_HEIGHT} threads (kernels/bicgstab.cu bs_operator); slices of {} rows \
+                 are too tall: use a slice height of at most {MAX_SLICE_HEIGHT}",
+                options.slice_height
             )));
         }
         let check_interval = options.check_interval.max(1);

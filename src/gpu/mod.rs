@@ -146,6 +146,8 @@ const KERNEL_SOURCES: &[KernelSource] = &[
 
 /// What starts a kernel's definition in a source.
 const KERNEL_MARK: &str = "extern \"C\" __global__ void ";
+/// A kernel's register budget, written between [`KERNEL_MARK`] and its name.
+const LAUNCH_BOUNDS: &str = "__launch_bounds__(";
 
 /// What starts a kernel template's definition in a source: a line of its
 /// own naming the template's instances, followed by the template:
@@ -193,6 +195,9 @@ fn kernel_declarations() -> Result<Vec<Declaration>, String> {
         let text = file.text;
         for (at, _) in text.match_indices(KERNEL_MARK) {
             let rest = &text[at + KERNEL_MARK.len()..];
+            let Some(rest) = past_launch_bounds(rest) else {
+                continue;
+            };
             let Some(open) = rest.find('(') else { continue };
             let Some(close) = rest[open..].find(')').map(|c| open + c) else {
                 continue;
@@ -218,6 +223,18 @@ fn kernel_declarations() -> Result<Vec<Declaration>, String> {
         }
     }
     Ok(declarations)
+}
+
+/// `text` (after a [`KERNEL_MARK`]) from the kernel's name on: past a
+/// `__launch_bounds__(threads, blocks)` that may stand before it; `None`
+/// where that clause does not close.
+fn past_launch_bounds(text: &str) -> Option<&str> {
+    match text.strip_prefix(LAUNCH_BOUNDS) {
+        Some(bounds) => bounds
+            .find(')')
+            .map(|close| bounds[close + 1..].trim_start()),
+        None => Some(text),
+    }
 }
 
 /// Where [`TEMPLATE_MARK`] starts a line of `text`.
@@ -2327,15 +2344,22 @@ mod tests {
             }
         }
         assert_eq!(module_sources(0), vec![0]);
-        let mark = |d: &Declaration| match &d.expression {
-            None => format!("extern \"C\" __global__ void {}(", d.name),
-            Some(e) => format!("__global__ void {}(", &e[..e.find('<').unwrap()]),
+        // The definitions of `d` in `text`.
+        let definitions = |text: &str, d: &Declaration| match &d.expression {
+            None => text
+                .match_indices(KERNEL_MARK)
+                .filter_map(|(at, _)| past_launch_bounds(&text[at + KERNEL_MARK.len()..]))
+                .filter(|rest| rest.starts_with(&format!("{}(", d.name)))
+                .count(),
+            Some(e) => text
+                .matches(&format!("__global__ void {}(", &e[..e.find('<').unwrap()]))
+                .count(),
         };
         let modules: Vec<String> = (0..KERNEL_SOURCES.len()).map(module_source).collect();
         for d in kernel_declarations().unwrap() {
             for (k, text) in modules.iter().enumerate() {
                 assert_eq!(
-                    text.matches(&mark(&d)).count(),
+                    definitions(text, &d),
                     usize::from(k == d.source),
                     "{} in module {k}",
                     d.name
