@@ -603,7 +603,7 @@ impl<'g> DeviceBicgstab<'g> {
             .zip(fields)
             .map(|(start, &field)| LaneRun::new(start, field))
             .collect();
-        let solver = solver_name(Some(if jacobi { "diagonal" } else { "none" }), NAME);
+        let solver = solver_name(Some(crate::solve::jacobi::log_name(jacobi)), NAME);
         let mut first = true;
         loop {
             let mut any = false;

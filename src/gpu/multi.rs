@@ -1952,10 +1952,9 @@ impl CgBackend for MultiGpuBackend<'_> {
     /// Every rank preconditions alike (block Jacobi of one kind).
     fn preconditioner_name(&self) -> Option<&'static str> {
         let rank = self.ranks.first()?;
-        match (&rank.preconditioner, &rank.inv_diag) {
-            (Some(p), _) => p.preconditioner_name(),
-            (None, Some(_)) => Some("diagonal"),
-            (None, None) => Some("none"),
+        match &rank.preconditioner {
+            Some(p) => p.preconditioner_name(),
+            None => Some(crate::solve::jacobi::log_name(rank.inv_diag.is_some())),
         }
     }
 }

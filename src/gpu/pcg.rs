@@ -992,10 +992,9 @@ impl CgBackend for GpuCgBackend<'_> {
     }
 
     fn preconditioner_name(&self) -> Option<&'static str> {
-        match (&self.preconditioner, &self.inv_diag) {
-            (Some(p), _) => p.preconditioner_name(),
-            (None, Some(_)) => Some("diagonal"),
-            (None, None) => Some("none"),
+        match &self.preconditioner {
+            Some(p) => p.preconditioner_name(),
+            None => Some(crate::solve::jacobi::log_name(self.inv_diag.is_some())),
         }
     }
 

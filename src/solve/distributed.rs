@@ -735,6 +735,13 @@ impl<'a> DistributedKrylovBackend<'a> {
         }
     }
 
+    /// This backend, its preconditioner named `name` in the log line.
+    pub fn named(self, name: Option<&'static str>) -> Self {
+        Self {
+            cg: self.cg.named(name),
+        }
+    }
+
     fn sums<const K: usize>(&self, values: [f64; K]) -> [f64; K] {
         self.cg.global_sum(values)
     }
@@ -872,8 +879,8 @@ pub fn solve_bicgstab_distributed(
         controls,
         false,
         |precond, b, x| {
-            let mut backend = DistributedKrylovBackend::new(local, comm, precond);
-            backend.cg.name = preconditioner.log_name();
+            let backend = DistributedKrylovBackend::new(local, comm, precond)
+                .named(preconditioner.log_name());
             bicgstab(&backend, b, x, controls, field)
         },
     )

@@ -191,8 +191,9 @@ impl Preconditioner {
     /// lines of the others name the method alone.
     pub fn log_name(&self) -> Option<&'static str> {
         match self {
-            Self::Kind(PreconditionerKind::None) => Some("none"),
-            Self::Kind(PreconditionerKind::Jacobi) => Some("diagonal"),
+            Self::Kind(kind @ (PreconditionerKind::None | PreconditionerKind::Jacobi)) => {
+                Some(super::jacobi::log_name(*kind == PreconditionerKind::Jacobi))
+            }
             Self::Kind(PreconditionerKind::Dic) => Some("DIC"),
             Self::Kind(PreconditionerKind::Dilu) => Some("DILU"),
             Self::Amg(_) => Some("GAMG"),

@@ -89,9 +89,6 @@ impl DevicePreconditioner for DeviceDiagonal<'_> {
         true
     }
     fn preconditioner_name(&self) -> Option<&'static str> {
-        Some(match self.inv_diag {
-            Some(_) => "diagonal",
-            None => "none",
-        })
+        Some(crate::solve::jacobi::log_name(self.inv_diag.is_some()))
     }
 }

@@ -34,6 +34,16 @@ use crate::sparse::Csr;
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct JacobiSettings;
 
+/// The log line's name of z = D⁻¹ r (`jacobi`) or of z = r, as OpenFOAM
+/// names its preconditioners `diagonal` and `none` (`diagonalPCG`).
+pub fn log_name(jacobi: bool) -> &'static str {
+    if jacobi {
+        "diagonal"
+    } else {
+        "none"
+    }
+}
+
 impl fmt::Display for JacobiSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(PreconditionerKind::Jacobi.name())
