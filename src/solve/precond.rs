@@ -71,6 +71,19 @@ impl PreconditionerKind {
         }
     }
 
+    /// Its name in the log line where OpenFOAM has one of the same name
+    /// (`none`, `diagonal`, `DIC`, `DILU`: `nonePCG`, `diagonalPCG`, ...);
+    /// the others leave the Krylov method's name alone.
+    pub fn log_name(self) -> Option<&'static str> {
+        match self {
+            Self::None => Some("none"),
+            Self::Jacobi => Some("diagonal"),
+            Self::Dic => Some("DIC"),
+            Self::Dilu => Some("DILU"),
+            Self::Ic0 | Self::SymGaussSeidel | Self::EisenstatSgs => None,
+        }
+    }
+
     /// Builds the preconditioner for `a` (square, symmetric).
     pub fn build<'a>(self, a: &'a Csr) -> Result<Box<dyn LinearOperator + 'a>, SolveError> {
         Ok(match self {
@@ -191,11 +204,7 @@ impl Preconditioner {
     /// lines of the others name the method alone.
     pub fn log_name(&self) -> Option<&'static str> {
         match self {
-            Self::Kind(kind @ (PreconditionerKind::None | PreconditionerKind::Jacobi)) => {
-                Some(super::jacobi::log_name(*kind == PreconditionerKind::Jacobi))
-            }
-            Self::Kind(PreconditionerKind::Dic) => Some("DIC"),
-            Self::Kind(PreconditionerKind::Dilu) => Some("DILU"),
+            Self::Kind(kind) => kind.log_name(),
             Self::Amg(_) => Some("GAMG"),
             _ => None,
         }

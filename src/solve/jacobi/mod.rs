@@ -37,11 +37,12 @@ pub struct JacobiSettings;
 /// The log line's name of z = D⁻¹ r (`jacobi`) or of z = r, as OpenFOAM
 /// names its preconditioners `diagonal` and `none` (`diagonalPCG`).
 pub fn log_name(jacobi: bool) -> &'static str {
-    if jacobi {
-        "diagonal"
+    let kind = if jacobi {
+        PreconditionerKind::Jacobi
     } else {
-        "none"
-    }
+        PreconditionerKind::None
+    };
+    kind.log_name().unwrap_or_default()
 }
 
 impl fmt::Display for JacobiSettings {
