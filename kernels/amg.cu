@@ -3,7 +3,7 @@
 // the CPU reference's (src/solve/amg): pairwise matching
 // in Jacobi-style rounds, leaders numbered by an exclusive scan, Galerkin
 // products per coarse row in the CPU's summation order, so that the aggregates
-// are the same and the coarse matrices the same bits. Host side: src/gpu/amg.rs.
+// are the same and the coarse matrices the same bits. Host side: src/solve/amg/cuda.rs.
 //
 // Device CSR: u64 row pointers, unsigned columns ascending in each row, the
 // diagonal stored. No atomics touch floating-point values; integer atomics

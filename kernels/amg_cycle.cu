@@ -1,7 +1,7 @@
 // Aggregation AMG on the device: the cycle (uses u64, block_sum and
 // modsell_row from spmv.cu, gated_off from smooth.cu; the algorithm is the
 // CPU reference's, src/solve/amg/cycle). The set-up is in amg.cu. Host
-// side: src/gpu/amg.rs.
+// side: src/solve/amg/cuda.rs.
 
 // ---- The cycle. Every kernel takes a trailing `done` (smooth.cu gated_off):
 // inside PCG's fused loop, null or the solve's state, whose first entry is

@@ -1,7 +1,7 @@
 // Aggregation AMG on the device: the coarsest level's inverse (amg.cu's
 // factor and amg_inverse.cu's steps) in one cooperative launch. Its own
 // module, so that the launch-per-step kernels compile apart from it.
-// Host side: src/gpu/amg.rs.
+// Host side: src/solve/amg/cuda.rs.
 
 // ---- The whole inverse in one cooperative launch (every block resident,
 // gridDim.x blocks of 256 threads): the steps above in their order, each

@@ -1,6 +1,6 @@
 // Aggregation AMG on the device: the coarsest level's inverse from the
 // dense Cholesky factor amg.cu forms (DENSE_PANEL from there; u64 from
-// spmv.cu). Host side: src/gpu/amg.rs.
+// spmv.cu). Host side: src/solve/amg/cuda.rs.
 
 // The inverse from the factor l: W = L^-1 by a blocked forward substitution
 // on the identity (amg_dense_identity, then per panel of DENSE_PANEL rows

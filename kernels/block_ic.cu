@@ -1,4 +1,4 @@
-// Block-IC (src/gpu/ic.rs DeviceBlockIc; CPU reference src/solve/block_jacobi.rs
+// Block-IC (src/solve/block_jacobi/cuda.rs DeviceBlockIc; CPU reference src/solve/block_jacobi/cpu.rs
 // BlockIc = solve::precond Dic/Ic0 of the block-diagonal part of A) and the
 // mixed-precision Jacobi and colour sweeps of the smoothers. Compiled with
 // spmv.cu, smooth.cu and ic.cu (u64, gated_off, the rn_ operations).

@@ -1,6 +1,6 @@
 // Subdomain deflation (Gupta et al. 2011, §4), compiled with spmv.cu and
 // pcg.cu (uses u64, block_sum, ST_ALPHA, ST_DONE). CPU reference:
-// src/solve/deflation.rs. Every reduction is a fixed tree (block_sum): the
+// src/solve/deflation/mod.rs. Every reduction is a fixed tree (block_sum): the
 // same bits run to run.
 
 // ---- Deflation. Subdomain p is rows offsets[p] .. offsets[p+1] (contiguous);
@@ -73,7 +73,7 @@ extern "C" __global__ void defl_az(int n, int h, const u64* __restrict__ slice_p
     }
 }
 
-// Most subdomains (src/solve/deflation.rs MAX_SUBDOMAINS): the bits of a
+// Most subdomains (src/solve/deflation/mod.rs MAX_SUBDOMAINS): the bits of a
 // block's touched subdomains fit in shared memory.
 #define DEFL_MAX_SUBDOMAINS 4096
 // Most subdomains a block's rows may touch for one pass over its rows.

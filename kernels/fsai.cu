@@ -1,5 +1,5 @@
-// FSAI set-up on the device (src/gpu/fsai_setup.rs): static and adaptive
-// patterns, equal to the CPU reference (src/solve/fsai.rs)
+// FSAI set-up on the device (src/solve/fsai/cuda_setup.rs): static and adaptive
+// patterns, equal to the CPU reference (src/solve/fsai/cpu.rs)
 // bit for bit in f64. u64 and rn_mul etc. (round-to-nearest operations) come
 // from spmv.cu; amg_scan_* (amg.cu) compacts the active rows and sums the row
 // counts.
@@ -21,7 +21,7 @@
 
 #define FSAI_NONE 0xffffffffu
 #define FSAI_FULL_MASK 0xffffffffu
-// FsaiStop: kernels/../src/gpu/fsai_setup.rs STOP_*.
+// FsaiStop: src/solve/fsai/cuda_setup.rs STOP_*.
 #define FSAI_STOP_STAGNATION 0
 #define FSAI_STOP_REDUCTION 1
 

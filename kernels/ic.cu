@@ -1,4 +1,4 @@
-// Incomplete Cholesky on the GPU by level scheduling (src/gpu/ic.rs): the rows
+// Incomplete Cholesky on the GPU by level scheduling (src/solve/ic/cuda.rs): the rows
 // of a triangular sweep are grouped into levels (src/sparse/levels.rs), a row's
 // level one more than its deepest dependency, and each launch handles the rows
 // of one level, one thread per row, in CSR order (u64, rn_mul etc. from
@@ -370,7 +370,7 @@ extern "C" __global__ void ic_widen(int n, const float* __restrict__ w, double* 
     z[i] = (double)w[i];
 }
 
-// ---- Structure on the device (src/gpu/ic.rs DeviceIncompleteCholesky::on_device):
+// ---- Structure on the device (src/solve/ic/cuda.rs DeviceIncompleteCholesky::on_device):
 // what the host set-up derives from its CSR, derived from the resident
 // mod-SELL matrix. The set-up builds the CSR and its diagonal slots in one
 // pass (ic_modsell_csr below), then the transposed slots where asked
@@ -419,7 +419,7 @@ extern "C" __global__ void ic_transposed_slots(int n, const u64* __restrict__ ro
     }
 }
 
-// The CSR of a mod-SELL matrix with its values in one pass (src/gpu/ic.rs
+// The CSR of a mod-SELL matrix with its values in one pass (src/gpu/levels.rs
 // csr_of_modsell): the diagonal and the stored off-diagonals, columns
 // ascending, the order of amg_modsell_to_csr, the values moved with their
 // columns (no slot map). One thread per row.
@@ -443,7 +443,7 @@ extern "C" __global__ void ic_modsell_to_csr(int n, int h, const u64* __restrict
     modsell_row_to_csr(row, h, slice_ptr, codes, row_ptr, cols, Values{modsell_vals, diag, vals});
 }
 
-// ---- The CSR and its slots in one pass (src/gpu/ic.rs csr_pass): a thread
+// ---- The CSR and its slots in one pass (src/gpu/levels.rs csr_pass): a thread
 // per row reads its mod-SELL slots once and writes its CSR row (the diagonal
 // and the stored off-diagonals, columns ascending: the CSR of
 // ic_modsell_to_csr) and its diagonal slot, and checks the diagonal and the

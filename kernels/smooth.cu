@@ -1,6 +1,6 @@
 // Smoothers on mod-SELL (compiled with spmv.cu; uses
 // block_sum and u64 from there). CPU references: src/solve/smoother.rs,
-// src/solve/block_jacobi.rs, src/solve/colouring.rs; each row formula is
+// src/solve/block_jacobi/cpu.rs, src/solve/colouring.rs; each row formula is
 // evaluated in the same order as there (NVRTC may contract a*b+c into FMA, so
 // the iterates agree to round-off, not bit for bit).
 //

@@ -17,6 +17,9 @@ use std::path::{Path, PathBuf};
 /// `["solve", "amg", "cycle"]`).
 struct SourceFile {
     module: Vec<String>,
+    /// A `mod.rs` or `lib.rs`: its `#[path]`s are relative to its own
+    /// module's directory, another file's to its parent's.
+    owns_directory: bool,
     /// Without comments and string contents.
     text: String,
     raw: String,
@@ -63,7 +66,8 @@ fn source_files(dir: &Path, out: &mut Vec<SourceFile>) {
                 .components()
                 .map(|c| c.as_os_str().to_string_lossy().into_owned())
                 .collect();
-            if module.last().is_some_and(|m| m == "mod" || m == "lib") {
+            let owns_directory = module.last().is_some_and(|m| m == "mod" || m == "lib");
+            if owns_directory {
                 module.pop();
             }
             if module == ["main"] {
@@ -72,6 +76,7 @@ fn source_files(dir: &Path, out: &mut Vec<SourceFile>) {
             let raw = std::fs::read_to_string(&path).unwrap();
             out.push(SourceFile {
                 module,
+                owns_directory,
                 text: strip_comments(&raw),
                 raw,
             });
@@ -98,8 +103,12 @@ fn relocate_path_modules(sources: &mut [SourceFile]) {
                     .strip_prefix("mod ")
                     .and_then(|rest| rest.strip_suffix(';'))
             });
-            // Relative to the declaring file's directory (a mod.rs's own).
+            // Relative to the declaring file's directory (a mod.rs's own,
+            // a cpu.rs's its parent module's).
             let mut target = file.module.clone();
+            if !file.owns_directory {
+                target.pop();
+            }
             for part in path.trim_end_matches(".rs").split('/') {
                 match part {
                     ".." => {

@@ -1,4 +1,4 @@
-//! Block-IC on the GPU (`gpu::ic::DeviceBlockIc`, `kernels/block_ic.cu`)
+//! Block-IC on the GPU (`gpu::block_jacobi::DeviceBlockIc`, `kernels/block_ic.cu`)
 //! against the CPU reference (`solve::block_jacobi::BlockIc`): the same
 //! matrix in block Jacobi's grown-block order and the same block size, so the
 //! factors, the applications and the smoother sweeps must agree bit for bit in
@@ -8,7 +8,7 @@
 //! Prints `skipped: no CUDA device` without a GPU (unless FVPOISSON_REQUIRE_GPU=1).
 
 use fvpoisson::fvm::testing::poisson_system;
-use fvpoisson::gpu::ic::DeviceBlockIc;
+use fvpoisson::gpu::block_jacobi::DeviceBlockIc;
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuSolver};
 use fvpoisson::gpu::polynomial::device_gershgorin;

@@ -43,11 +43,10 @@
 mod common;
 
 use common::random_and_rcm_systems;
+use fvpoisson::gpu::block_jacobi::{BlockIcStructure, DeviceBlockIc};
 use fvpoisson::gpu::eisenstat::DeviceEisenstat;
-use fvpoisson::gpu::ic::{
-    device_csr_slots, device_row_levels, BlockIcStructure, DeviceBlockIc, DeviceIncompleteCholesky,
-    IcKind, LevelScheduler,
-};
+use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
+use fvpoisson::gpu::levels::{device_csr_slots, device_row_levels, LevelScheduler};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::setup::{checked_diagonal, jacobi_scales, RowScale};

@@ -44,11 +44,12 @@ use super::tables::{
     JacobiBaseline, Row,
 };
 use fvpoisson::gpu::amg::{gpu_amg_settings, DeviceAmg};
+use fvpoisson::gpu::block_jacobi::BLOCK_IC_KERNELS;
 use fvpoisson::gpu::deflation::{
     deflated_pcg_device, DeviceDeflation, DEFLATED_PCG_PRECONDITIONERS,
 };
 use fvpoisson::gpu::fsai::{DeviceFsai, SETUP_PLACE};
-use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind, BLOCK_IC_KERNELS};
+use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::polynomial::DevicePolynomial;

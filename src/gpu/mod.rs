@@ -20,19 +20,32 @@
 //! `src/bench/`) compares them with (loaded only by the bench), [`krylov`]
 //! GMRES and BiCGStab for nonsymmetric systems.
 
+/// AMG's device half, kept in its algorithm's folder (`solve::amg`).
+#[path = "../solve/amg/cuda.rs"]
 pub mod amg;
 pub mod assembly;
 pub mod bicgstab;
+/// Block-IC's device half, kept in its algorithm's folder (`solve::block_jacobi`).
+#[path = "../solve/block_jacobi/cuda.rs"]
+pub mod block_jacobi;
 pub mod cache;
 pub mod cusparse;
+/// Deflation's device half, kept in its algorithm's folder (`solve::deflation`).
+#[path = "../solve/deflation/cuda.rs"]
 pub mod deflation;
 /// Eisenstat SGS-PCG's device backend, kept in its method's folder
 /// (`solve::eisenstat`).
 #[path = "../solve/eisenstat/cuda.rs"]
 pub mod eisenstat;
+/// FSAI's device application, kept in its algorithm's folder (`solve::fsai`).
+#[path = "../solve/fsai/cuda.rs"]
 pub mod fsai;
+/// FSAI's device set-up, kept in its algorithm's folder (`solve::fsai`).
+#[path = "../solve/fsai/cuda_setup.rs"]
 pub mod fsai_setup;
 mod graphs;
+/// Incomplete Cholesky's device half, kept in its algorithm's folder (`solve::ic`).
+#[path = "../solve/ic/cuda.rs"]
 pub mod ic;
 /// ILU(k)'s device half, kept in its algorithm's folder (`solve::ilu`).
 #[path = "../solve/ilu/cuda.rs"]
@@ -42,6 +55,7 @@ pub mod ilu;
 pub mod jacobi;
 pub mod kernel_args;
 pub mod krylov;
+pub mod levels;
 pub mod matrix;
 pub mod multi;
 /// The truncated Neumann preconditioner's device half, kept in its
@@ -2235,7 +2249,7 @@ mod tests {
             assert_eq!(twice, 1, "{e} instantiated twice");
         }
         // This module's files, and the device halves of the algorithm
-        // folders (`src/solve/NAME/cuda.rs`, compiled as `gpu::NAME`).
+        // folders (`src/solve/NAME/cuda*.rs`, compiled as `gpu::NAME`).
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut files = vec![root.join("src/gpu"), root.join("src/solve")];
         let mut checked = 0;
@@ -2244,7 +2258,10 @@ mod tests {
                 files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
                 continue;
             }
-            let device_half = path.file_name().is_some_and(|f| f == "cuda.rs");
+            let device_half = path
+                .file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with("cuda") && f.ends_with(".rs"));
             if path.starts_with(root.join("src/solve")) && !device_half {
                 continue;
             }

@@ -55,7 +55,8 @@ use std::rc::Rc;
 use cudarc::driver::{CudaSlice, DevicePtr};
 
 use super::graphs::GraphCache;
-use super::ic::{in_original_rows, DeviceIncompleteCholesky, IcKind};
+use super::ic::{DeviceIncompleteCholesky, IcKind};
+use super::levels::in_original_rows;
 use super::matrix::DeviceModSell;
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, check_row_count, vector_grid, Gpu, GpuError, VECTOR_BLOCK};

@@ -31,7 +31,8 @@ use std::rc::Rc;
 use cudarc::driver::CudaSlice;
 
 use super::amg::gpu_amg_settings;
-use super::ic::{identity_rows, widen, BlockIcStructure, DeviceBlockIc, BLOCK_IC_KERNELS};
+use super::block_jacobi::{BlockIcStructure, DeviceBlockIc, BLOCK_IC_KERNELS};
+use super::levels::{identity_rows, widen};
 use super::matrix::{DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, PcgSolve, ScaledSystem};
 use super::polynomial::DevicePolynomial;
@@ -347,7 +348,7 @@ pub fn block_layout(
 }
 
 /// [`block_layout`] for the block kernels `kernels` (`what` names them in
-/// the messages): block-IC's ([`super::ic::BLOCK_IC_KERNELS`]) or block
+/// the messages): block-IC's ([`super::block_jacobi::BLOCK_IC_KERNELS`]) or block
 /// Jacobi's.
 pub fn block_layout_for(
     gpu: &Gpu,

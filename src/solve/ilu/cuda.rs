@@ -12,8 +12,9 @@
 
 use cudarc::driver::CudaSlice;
 
-use super::ic::{DeviceIncompleteCholesky, DeviceLevels, IcKind};
+use super::ic::{DeviceIncompleteCholesky, IcKind};
 use super::krylov::DeviceDiagonal;
+use super::levels::DeviceLevels;
 use super::pcg::{GpuSolveOptions, GpuSolver};
 use super::schwarz::DeviceSchwarz;
 use super::smooth::DevicePreconditioner;
@@ -208,7 +209,7 @@ impl<'g> GpuSolver<'g> {
         // factorisations do before `in_original_rows`.
         let perm = self.permutation(a, options)?.cloned();
         self.solve_krylov_with(a, method, Box::new(build), b, x, controls, field, options)
-            .map_err(|e| super::ic::in_original_rows(e, perm.as_ref()))
+            .map_err(|e| super::levels::in_original_rows(e, perm.as_ref()))
     }
 }
 
@@ -221,7 +222,7 @@ pub(crate) fn pcg_ilu_or_schwarz<'g>(
     preconditioner: &Preconditioner,
 ) -> Result<Box<dyn DevicePreconditioner + 'g>, SolveError> {
     device_preconditioner(gpu, ordered.matrix(), preconditioner)
-        .map_err(|e| super::ic::in_original_rows(e, ordered.permutation()))?
+        .map_err(|e| super::levels::in_original_rows(e, ordered.permutation()))?
         .ok_or_else(|| {
             SolveError::InvalidControls(format!("{preconditioner} is not ILU or Schwarz"))
         })

@@ -24,7 +24,7 @@ use std::rc::Rc;
 use crate::gpu::kernel_args::KernelElement;
 use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 
-use super::ic::in_original_rows;
+use super::levels::in_original_rows;
 use super::matrix::{f32_copy_into, DeviceModSell, DeviceModSellF32};
 use super::pcg::{GpuSolver, PcgSolve};
 use super::setup::SetupSpans;

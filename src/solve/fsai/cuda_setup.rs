@@ -32,7 +32,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 use rayon::prelude::*;
 
 use super::amg::{DeviceCsr, Scan};
-use super::ic::csr_of_modsell;
+use super::levels::csr_of_modsell;
 use super::matrix::{f32_copy, DeviceModSell};
 use super::setup::{checked_diagonal, SetupSpans};
 use super::{arg_or_null, Gpu, GpuError, KernelArgs, PhaseTimes};
@@ -195,7 +195,7 @@ fn checked_size(a: &Csr, s: &FsaiSettings) -> Result<usize, SolveError> {
 
 /// [`fsai_setup_gpu`] of `a` from `m`, its copy resident on the device in
 /// the same row order: with an adaptive pattern A's CSR is built on the
-/// device (`ic::csr_of_modsell`: the host's CSR entry for entry, so G is the
+/// device (`levels::csr_of_modsell`: the host's CSR entry for entry, so G is the
 /// same bit for bit) and its diagonal checked there (the CPU's error for a
 /// non-positive one), so the host reads nothing of A but its sizes. A's
 /// values must be finite (the solves check them first: `check_system`). A

@@ -1,21 +1,12 @@
-//! Incomplete Cholesky preconditioners: OpenFOAM's DIC (diagonal incomplete
-//! Cholesky) and IC(0) (no fill-in).
-//!
-//! The sweeps read rows in the given (natural) order and the lower triangle
-//! of a row for the forward sweep, the upper triangle for the backward
-//! sweep, which for a symmetric matrix is the same as OpenFOAM's
-//! face-ordered loops over lower/upper coefficients. [`PlacedDic`] runs
-//! DIC's sweeps in the factor's row order over vectors that hold the rows
-//! in another (a rank's block DIC in global order on its local vectors,
-//! `solve::distributed`).
+//! DIC and IC(0) on the CPU (see the module docs of `solve::ic`).
 
 use std::marker::PhantomData;
 use std::ops::Range;
 
-use super::reduce::CHUNK;
-use super::split::{SplitMatrix, TriangleRows};
-use super::triangles::Triangles;
-use super::{LinearOperator, SolveError};
+use crate::solve::reduce::CHUNK;
+use crate::solve::split::{SplitMatrix, TriangleRows};
+use crate::solve::triangles::Triangles;
+use crate::solve::{LinearOperator, SolveError};
 use crate::sparse::{Csr, Permutation};
 
 /// OpenFOAM's diagonal incomplete Cholesky (DICPreconditioner): M = (D* + L) D*⁻¹ (D* + U)
@@ -60,7 +51,7 @@ impl<'a> Dic<'a> {
 
     /// The stored sweeps of a factor of `split` ([`DicFactor`]: DILU's,
     /// `solve::ilu::dilu`).
-    pub(super) fn of_factor(split: &SplitMatrix, factor: DicFactor) -> Self {
+    pub(in crate::solve) fn of_factor(split: &SplitMatrix, factor: DicFactor) -> Self {
         Self::stored(split, factor.reciprocal_d)
     }
 
@@ -290,7 +281,7 @@ fn modified_diagonal(split: &SplitMatrix) -> Result<Vec<f64>, SolveError> {
 
 /// A missing (stored as 0), non-positive or NaN diagonal entry of `split`
 /// as the error naming `precond` and the row.
-pub(super) fn check_positive_diagonal(
+pub(crate) fn check_positive_diagonal(
     split: &SplitMatrix,
     precond: &'static str,
 ) -> Result<(), SolveError> {
@@ -327,7 +318,7 @@ impl DicFactor {
 
     /// The factor of the split rows it will sweep, with its 1/d* computed
     /// elsewhere (DILU's, `solve::ilu::dilu_factor`).
-    pub(super) fn from_reciprocal_diagonal(reciprocal_d: Vec<f64>) -> Self {
+    pub(in crate::solve) fn from_reciprocal_diagonal(reciprocal_d: Vec<f64>) -> Self {
         Self { reciprocal_d }
     }
 
@@ -460,57 +451,7 @@ impl LinearOperator for Ic0<'_> {
     }
 }
 
+// The tests read the factors' private steps.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::sparse::testing::{random_symmetric, random_vector, SplitMix};
-
-    /// `dic` applied the long way: r gathered into the factor's order,
-    /// swept, and w scattered back to the places of `place`.
-    fn gathered(dic: &Dic<'_>, place: &Permutation, r: &[f64]) -> Vec<f64> {
-        let r_in_order = place.to_new(r);
-        let mut w_in_order = vec![0.0; r.len()];
-        dic.apply(&r_in_order, &mut w_in_order);
-        place.to_old(&w_in_order)
-    }
-
-    #[test]
-    fn placed_sweeps_have_the_bits_of_gathering_sweeping_and_scattering() {
-        let a = random_symmetric(500, 6, 21);
-        let n = a.n_rows();
-        let dic = Dic::new(&a).unwrap();
-        let r = random_vector(n, 5);
-        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        // Two ascending runs merged (a rank's interior and boundary rows,
-        // visited in global order), a shuffle (a run per row), the
-        // identity (one run), and the reverse.
-        let mut rng = SplitMix(9);
-        let boundary: Vec<bool> = (0..n).map(|_| rng.below(5) == 0).collect();
-        let mut next = [0u32, boundary.iter().filter(|&&b| !b).count() as u32];
-        let merged: Vec<u32> = boundary
-            .iter()
-            .map(|&b| {
-                let l = next[b as usize];
-                next[b as usize] += 1;
-                l
-            })
-            .collect();
-        let mut shuffled: Vec<u32> = (0..n as u32).collect();
-        for i in (1..n).rev() {
-            shuffled.swap(i, rng.below(i + 1));
-        }
-        for new_to_old in [
-            merged,
-            shuffled,
-            (0..n as u32).collect(),
-            (0..n as u32).rev().collect(),
-        ] {
-            let place = Permutation::from_new_to_old(new_to_old).unwrap();
-            let placed = dic.in_vector_order(&place);
-            assert_eq!(placed.n(), n);
-            let mut w = vec![f64::NAN; n];
-            placed.apply(&r, &mut w);
-            assert_eq!(bits(&w), bits(&gathered(&dic, &place, &r)));
-        }
-    }
-}
+#[path = "tests.rs"]
+mod tests;
