@@ -532,3 +532,88 @@ fn transient_runs_write_a_vtk_step_at_every_write_time() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// The numbers of a log line after `prefix` (`Courant Number mean: …`,
+/// `time step continuity errors : …`, a solver line), as printed.
+fn printed_numbers(log: &str, prefix: &str) -> Vec<Vec<String>> {
+    log.lines()
+        .filter(|line| line.contains(prefix))
+        .map(|line| {
+            line.split([' ', ','])
+                .filter(|word| word.parse::<f64>().is_ok())
+                .map(str::to_string)
+                .collect()
+        })
+        .collect()
+}
+
+/// Significant digits of a printed number (`0.0004665129518` → 10).
+fn significant_digits(text: &str) -> usize {
+    let mantissa = text.split(['e', 'E']).next().unwrap();
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    digits.trim_start_matches('0').len()
+}
+
+/// A case with `writePrecision 10` logs with 10 significant digits, as
+/// OpenFOAM's `Time::readDict` sets its log's precision: the cavity tutorial's
+/// two first steps against icoFoam v1912's log
+/// (`tests/data/ico_foam_cavity_precision10`, made by
+/// `scripts/ico_foam_precision_reference.sh`). The residuals, Courant numbers
+/// and continuity errors print as many digits as icoFoam's and agree to 1e-8.
+#[test]
+fn log_lines_follow_write_precision_as_icofoams() {
+    let dir = case_copy(
+        "cavity_ico",
+        "cavity_precision10",
+        &[("endTime", "0.01"), ("writePrecision", "10")],
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
+        .args(["run", "--device", "cpu"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    let reference = std::fs::read_to_string(common::repo(
+        "tests/data/ico_foam_cavity_precision10/log.icoFoam",
+    ))
+    .unwrap();
+    let mut compared = 0;
+    let mut with_ten_digits = 0;
+    for prefix in [
+        "Courant Number mean:",
+        "Solving for",
+        "time step continuity errors :",
+    ] {
+        let (ours, theirs) = (
+            printed_numbers(&log, prefix),
+            printed_numbers(&reference, prefix),
+        );
+        assert_eq!(ours.len(), theirs.len(), "{prefix} lines\n{log}");
+        for (a, b) in ours.iter().zip(&theirs) {
+            assert_eq!(a.len(), b.len(), "{a:?} against icoFoam's {b:?}");
+            for (x, y) in a.iter().zip(b) {
+                let (u, v): (f64, f64) = (x.parse().unwrap(), y.parse().unwrap());
+                // Below 1e-12 (global continuity errors, residuals of zero
+                // fields) a number is round-off, whose digits need not agree.
+                if u.abs() < 1e-12 && v.abs() < 1e-12 {
+                    continue;
+                }
+                assert!(
+                    (u - v).abs() <= 1e-8 * v.abs(),
+                    "{prefix}: {x} against icoFoam's {y}"
+                );
+                compared += 1;
+                if significant_digits(y) == 10 {
+                    with_ten_digits += 1;
+                    assert_eq!(significant_digits(x), 10, "{x} against icoFoam's {y}");
+                }
+            }
+        }
+    }
+    assert!(
+        compared >= 20 && with_ten_digits >= 15,
+        "{compared} {with_ten_digits}\n{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

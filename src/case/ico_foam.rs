@@ -44,7 +44,7 @@ use crate::flow::piso::{
 };
 use crate::flow::simple::{MomentumSolver, PressureSolve, SimpleSettings};
 use crate::flow::{FlowError, VelocityCondition};
-use crate::foam::write::{format_g, format_general, format_scientific};
+use crate::foam::write::{format_general, format_log, format_scientific};
 use crate::foam::FoamDict;
 use crate::fvm::{BoundaryCondition, Schemes};
 use crate::gpu::assembly::AssemblyError;
@@ -639,7 +639,7 @@ pub fn run_transient_case(
         if let Some(control) = setup.adjust_time_step {
             piso.dt =
                 control.next_delta_t(piso.dt, courant.1, piso.time - setup.start, writes_passed);
-            log::info!("deltaT = {}", format_g(piso.dt));
+            log::info!("deltaT = {}", format_log(piso.dt));
         }
         if pimple {
             log_time(&piso);
@@ -675,7 +675,7 @@ pub fn run_transient_case(
         drop(output);
         log::info!(
             "ExecutionTime = {} s",
-            format_g(clock.elapsed().as_secs_f64())
+            format_log(clock.elapsed().as_secs_f64())
         );
         // v1912 runs the function objects after the step's ExecutionTime line.
         timings::timed(Phase::Output, || {

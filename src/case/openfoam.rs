@@ -484,9 +484,12 @@ impl Reader {
             }
             Ok(n)
         };
+        let precision = digits("writePrecision")?;
+        // OpenFOAM's log follows the case's writePrecision (`Time::readDict`).
+        crate::foam::write::set_log_precision(precision);
         Ok(FoamWriteOptions {
             format,
-            precision: digits("writePrecision")?,
+            precision,
             compress,
             time_precision: digits("timePrecision")?,
             ..FoamWriteOptions::default()

@@ -43,7 +43,7 @@ use super::simple::{
     PressureSolve, Simple, SimpleSettings,
 };
 use super::{FlowError, VelocityCondition};
-use crate::foam::write::format_g;
+use crate::foam::write::format_log;
 use crate::fvm::convection::{add_upwind_boundary, add_upwind_internal};
 use crate::fvm::BoundaryCondition;
 use crate::mesh::{Geometry, Mesh, Vec3};
@@ -269,8 +269,8 @@ pub fn max_initial_residual(solves: &[(String, SolverPerformance)]) -> f64 {
 pub fn log_courant((mean, max): (f64, f64)) {
     log::info!(
         "Courant Number mean: {} max: {}",
-        format_g(mean),
-        format_g(max)
+        format_log(mean),
+        format_log(max)
     );
 }
 

@@ -29,7 +29,7 @@
 //!    by α_p, U = HbyA − rAU ∇p.
 
 use super::{component_conditions, solved_components, FlowError, VelocityCondition};
-use crate::foam::write::format_g;
+use crate::foam::write::format_log;
 use crate::fvm::convection::{add_upwind_boundary, add_upwind_internal};
 use crate::fvm::{
     BoundaryCondition, CellField, FvmError, GammaInterpolation, LaplacianProblem, LaplacianSystem,
@@ -1080,9 +1080,9 @@ impl<'m> Simple<'m> {
         self.cumulative_continuity += global;
         log::info!(
             "time step continuity errors : sum local = {}, global = {}, cumulative = {}",
-            format_g(local),
-            format_g(global),
-            format_g(self.cumulative_continuity)
+            format_log(local),
+            format_log(global),
+            format_log(self.cumulative_continuity)
         );
         [local, global, self.cumulative_continuity]
     }

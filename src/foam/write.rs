@@ -5,6 +5,7 @@ use crate::mesh::{Label, MeshError, Vec3};
 use rayon::prelude::*;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The `FoamFile` header fields a writer sets.
 pub struct HeaderSpec<'a> {
@@ -200,10 +201,28 @@ pub fn write_atomic(
 }
 
 /// Formats like a C++ ostream with default precision 6 (`%g`), as OpenFOAM logs
-/// numbers: 6 significant digits, trailing zeros dropped, scientific notation
-/// with a two-digit signed exponent when the exponent is < −4 or ≥ 6.
+/// numbers by default: 6 significant digits, trailing zeros dropped, scientific
+/// notation with a two-digit signed exponent when the exponent is < −4 or ≥ 6.
 pub fn format_g(v: f64) -> String {
     format_general(v, 6)
+}
+
+/// Significant digits of the numbers in the solver's log lines. OpenFOAM's
+/// `Time::readDict` sets its output streams' precision (`Info` included) to
+/// the case's `writePrecision`, for the whole process: a case read with
+/// `writePrecision 10` logs residuals, Courant numbers and continuity errors
+/// with 10 digits. Process-wide here too, as the log is.
+static LOG_PRECISION: AtomicUsize = AtomicUsize::new(6);
+
+/// Sets the digits of [`format_log`] (a case's `writePrecision`; 1 to 40).
+pub fn set_log_precision(digits: usize) {
+    LOG_PRECISION.store(digits.clamp(1, 40), Ordering::Relaxed);
+}
+
+/// `v` as OpenFOAM's log prints it: [`format_general`] with the digits of
+/// the case read last ([`set_log_precision`]; 6 before any).
+pub fn format_log(v: f64) -> String {
+    format_general(v, LOG_PRECISION.load(Ordering::Relaxed))
 }
 
 /// Formats like a C++ ostream in scientific format with `precision` digits

@@ -13,7 +13,7 @@
 
 use super::executor::{Executor, InitialNorms};
 use super::SolveError;
-use crate::foam::write::format_g;
+use crate::foam::write::{format_g, format_log};
 
 /// Residual growth over the best residual seen that counts as divergence.
 pub const DIVERGENCE_FACTOR: f64 = 1e10;
@@ -133,8 +133,8 @@ impl SolverPerformance {
         log::info!(
             "{solver}:  Solving for {field}, Initial residual = {}, Final residual = {}, No \
              Iterations {}",
-            format_g(self.initial_residual),
-            format_g(self.final_residual),
+            format_log(self.initial_residual),
+            format_log(self.final_residual),
             self.iterations
         );
         if !self.converged && !controls.fixed_iterations() {
