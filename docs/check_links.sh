@@ -62,7 +62,9 @@ for f in "${files[@]}"; do
             continue
         fi
         if [ -n "$anchor" ] && [[ "$resolved" == *.md ]]; then
-            if ! anchors "$resolved" | grep -qxF -- "$anchor"; then
+            # grep reads every anchor (no -q): quitting at the first match
+            # would end awk by SIGPIPE, a failed pipeline under pipefail.
+            if ! anchors "$resolved" | grep -xF -- "$anchor" > /dev/null; then
                 echo "$file:$line: no heading for anchor: $target"
                 bad=$((bad + 1))
             fi

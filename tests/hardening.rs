@@ -135,6 +135,27 @@ fn counts_from_input_are_checked_before_allocating() {
     );
 }
 
+/// A transient case's deltaT that makes more steps than any run takes (a
+/// typo) is refused before the mesh is read, naming controlDict's deltaT;
+/// with `adjustTimeStep` deltaT is only the first step's start.
+#[test]
+fn a_transient_step_count_is_checked_before_the_run() {
+    let dir = Scratch::new("transient_steps");
+    let case = dir.join("case");
+    common::copy_case_inputs(&common::repo("cases/cavity_ico"), &case);
+    let control = case.join("system/controlDict");
+    edit(
+        &control,
+        "deltaT          0.005;",
+        "deltaT          1e-300;",
+    );
+    let msg = refused(&["run", "--device", "cpu", arg(&case)], "controlDict");
+    assert!(
+        msg.contains("deltaT") && msg.contains("more than the 1e+07 allowed"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn rank_counts_are_checked_before_the_ranks_exist() {
     let dir = Scratch::new("ranks");

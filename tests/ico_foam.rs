@@ -615,5 +615,21 @@ fn log_lines_follow_write_precision_as_icofoams() {
         compared >= 20 && with_ten_digits >= 15,
         "{compared} {with_ten_digits}\n{log}"
     );
+    // Each step ends as icoFoam's does, with the CPU and the clock time.
+    let shape = |text: &str| -> Vec<bool> {
+        text.lines()
+            .filter(|line| line.starts_with("ExecutionTime = "))
+            .map(|line| {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                words.len() == 8
+                    && words[2].parse::<f64>().is_ok()
+                    && words[3..6] == ["s", "ClockTime", "="]
+                    && words[6].parse::<u64>().is_ok()
+                    && words[7] == "s"
+            })
+            .collect()
+    };
+    assert_eq!(shape(&log), shape(&reference), "{log}");
+    assert_eq!(shape(&log), [true, true]);
     let _ = std::fs::remove_dir_all(&dir);
 }

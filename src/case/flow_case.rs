@@ -859,10 +859,7 @@ pub fn run_flow_case_with_mesh(
     };
     let mut last_written = 0;
     let after_each = |simple: &Simple, report: &IterationReport| {
-        log::info!(
-            "ExecutionTime = {} s",
-            format_g(clock.elapsed().as_secs_f64())
-        );
+        super::log_execution_time(clock);
         match &setup.foam_output {
             Some(out) if report.iteration.is_multiple_of(out.interval) => {
                 last_written = report.iteration;

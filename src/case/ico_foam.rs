@@ -32,7 +32,7 @@ use super::flow_case::{
 use super::function_objects::{read_functions, Format, FunctionObjects};
 use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::{gamg_cache, log_gpu_mapping, GpuSolves, LinearSolves};
-use super::setup::LinearSolver;
+use super::setup::{check_step_count, LinearSolver};
 use super::simple_foam::{
     check_laminar, check_stress_scheme, read_boundary, read_correctors_and_reference,
     read_viscosity, velocity_pressure_schemes, warn_unread_flow,
@@ -172,6 +172,13 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
     let timing = r.timing_any_start(&control)?;
     let foam = r.write_options(&control)?;
     let adjust_time_step = read_time_step_control(&control, application)?;
+    if adjust_time_step.is_none() {
+        // A fixed deltaT fixes the step count: a typo (1e-300) would run for
+        // ever, time directory after time directory.
+        let span = timing.end - timing.start;
+        check_step_count(span / timing.delta_t, timing.delta_t, span)
+            .map_err(|msg| at_key(&control, "deltaT", msg))?;
+    }
     let functions = read_functions(r, &control, timing.write_every, timing.delta_t)?;
     let write_time_interval = match (&adjust_time_step, control.get_word("writeControl")) {
         (Some(_), Ok(w)) if w == "runTime" || w == "adjustableRunTime" => {
@@ -673,10 +680,7 @@ pub fn run_transient_case(
             write(&piso)?;
         }
         drop(output);
-        log::info!(
-            "ExecutionTime = {} s",
-            format_log(clock.elapsed().as_secs_f64())
-        );
+        super::log_execution_time(clock);
         // v1912 runs the function objects after the step's ExecutionTime line.
         timings::timed(Phase::Output, || {
             functions.execute(&piso.simple, piso.time, report.step)

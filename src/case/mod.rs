@@ -172,3 +172,32 @@ pub fn initial_matrix_on(
         .map_err(|e| CaseError::Invalid(format!("{}: {e}", setup.origin)))?;
     Ok(system.matrix)
 }
+
+/// The process's CPU time in seconds, all threads (OpenFOAM's `cpuTime`
+/// reads `std::clock`, the same); None where the system does not say.
+fn process_cpu_seconds() -> Option<f64> {
+    let mut t = std::mem::MaybeUninit::<libc::timespec>::uninit();
+    // SAFETY: clock_gettime writes one timespec, read only on success.
+    match unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, t.as_mut_ptr()) } {
+        0 => {
+            let t = unsafe { t.assume_init() };
+            Some(t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
+        }
+        _ => None,
+    }
+}
+
+/// OpenFOAM's line after each time step or iteration,
+/// `ExecutionTime = 0.52 s  ClockTime = 1 s`: the process's CPU time (all
+/// threads, as OpenFOAM's `elapsedCpuTime`; the wall time since `start`
+/// where the system gives no CPU time) and the whole seconds of wall time
+/// since `start` (`elapsedClockTime`). Tools that plot OpenFOAM logs
+/// (`foamLog`, PyFoam) read both.
+pub(crate) fn log_execution_time(start: std::time::Instant) {
+    let wall = start.elapsed().as_secs_f64();
+    log::info!(
+        "ExecutionTime = {} s  ClockTime = {} s",
+        crate::foam::write::format_log(process_cpu_seconds().unwrap_or(wall)),
+        wall.floor()
+    );
+}

@@ -1244,10 +1244,7 @@ impl<'a> Run<'a> {
     }
 
     fn log_execution_time(&self) {
-        log::info!(
-            "ExecutionTime = {} s",
-            format_g(self.clock.elapsed().as_secs_f64())
-        );
+        super::log_execution_time(self.clock);
     }
 
     /// Steady iterations until the residual control is met or `max_iterations`.
