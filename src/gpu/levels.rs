@@ -22,9 +22,9 @@ use crate::sparse::Permutation;
 /// level's row count and first row on the host (one launch per level). The
 /// row list is shared by a schedule and its reversal ([`Self::reversed`]).
 pub(super) struct DeviceLevels {
-    pub(super) counts: Vec<i32>,
-    pub(super) firsts: Vec<i32>,
-    pub(super) rows: Rc<CudaSlice<i32>>,
+    counts: Vec<i32>,
+    firsts: Vec<i32>,
+    rows: Rc<CudaSlice<i32>>,
 }
 
 /// The row list 0..n written on the device (`ic_identity_rows`): a
@@ -260,11 +260,11 @@ impl DeviceLevels {
 
 /// Levels of the device schedule launched between two read-backs of the
 /// rows placed (a launch past the last level appends nothing).
-pub(super) const WAVE_BATCH: usize = 32;
+const WAVE_BATCH: usize = 32;
 
 /// Blocks of `ic_wave_step` (a grid-stride loop over a level's rows; a
 /// level of an RCM order on a 3-D mesh has up to a few ten thousand rows).
-pub(super) const WAVE_GRID: u32 = 128;
+const WAVE_GRID: u32 = 128;
 
 /// The most levels a factorisation launches one by one rather than in one
 /// launch without synchronisation between levels. A colouring's few levels
@@ -489,7 +489,7 @@ pub(super) fn csr_pass(
 /// entries, columns ascending), found by a search of the partner's row
 /// (`ic_transposed_slots`); a missing partner lowers `failed[0]` to its row
 /// + 1.
-pub(super) fn device_transposed_slots(
+fn device_transposed_slots(
     gpu: &Gpu,
     n: usize,
     nnz: usize,
