@@ -183,6 +183,19 @@ fn cavity3d_matches_icofoam_coarsened() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `fvpoisson run --device cpu DIR` as a user runs it: its log, after
+/// checking that it succeeded.
+fn run_binary_on_cpu(dir: &Path) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
+        .args(["run", "--device", "cpu"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{log}");
+    log
+}
+
 /// One `<solver>:  Solving for <field>...` line of a log: the solver as
 /// OpenFOAM names it (`DICPCG`, `DILUPBiCGStab`), the field, and the initial
 /// and final residuals and iterations, or `None` for "solution singularity".
@@ -223,13 +236,7 @@ fn cavity3d_solver_lines_are_icofoams() {
     let mesh_dict = dir.join("system/blockMeshDict");
     let text = std::fs::read_to_string(&mesh_dict).unwrap();
     std::fs::write(&mesh_dict, text.replace("(100 100 100)", "(8 8 8)")).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
-        .args(["run", "--device", "cpu"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{log}");
+    let log = run_binary_on_cpu(&dir);
     let ours = solver_lines(&log);
     let reference =
         std::fs::read_to_string(common::repo("tests/data/ico_foam_cavity3d/log.icoFoam")).unwrap();
@@ -567,13 +574,7 @@ fn log_lines_follow_write_precision_as_icofoams() {
         "cavity_precision10",
         &[("endTime", "0.01"), ("writePrecision", "10")],
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fvpoisson"))
-        .args(["run", "--device", "cpu"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{log}");
+    let log = run_binary_on_cpu(&dir);
     let reference = std::fs::read_to_string(common::repo(
         "tests/data/ico_foam_cavity_precision10/log.icoFoam",
     ))
