@@ -154,6 +154,18 @@ fn a_transient_step_count_is_checked_before_the_run() {
         msg.contains("deltaT") && msg.contains("more than the 1e+07 allowed"),
         "{msg}"
     );
+    // pimpleFoam's adjustable step: maxDeltaT bounds the count from below.
+    edit(
+        &control,
+        "deltaT          1e-300;",
+        "deltaT          0.005;",
+    );
+    let text = fs::read_to_string(&control).unwrap();
+    let text = text.replace("application     icoFoam;", "application     pimpleFoam;")
+        + "\nadjustTimeStep yes;\nmaxCo 0.5;\nmaxDeltaT 1e-300;\n";
+    fs::write(&control, text).unwrap();
+    let msg = refused(&["run", "--device", "cpu", arg(&case)], "maxDeltaT");
+    assert!(msg.contains("more than the 1e+07 allowed"), "{msg}");
 }
 
 #[test]
