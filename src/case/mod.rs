@@ -191,8 +191,8 @@ fn process_cpu_seconds() -> Option<f64> {
 /// `ExecutionTime = 0.52 s  ClockTime = 1 s`: the process's CPU time (all
 /// threads, as OpenFOAM's `elapsedCpuTime`; the wall time since `start`
 /// where the system gives no CPU time) and the whole seconds of wall time
-/// since `start` (`elapsedClockTime`). Tools that plot OpenFOAM logs
-/// (`foamLog`, PyFoam) read both.
+/// since `start` (`elapsedClockTime`): the shape tools that parse OpenFOAM
+/// logs expect.
 pub(crate) fn log_execution_time(start: std::time::Instant) {
     let wall = start.elapsed().as_secs_f64();
     log::info!(
