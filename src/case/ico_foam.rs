@@ -32,7 +32,7 @@ use super::flow_case::{
 use super::function_objects::{read_functions, Format, FunctionObjects};
 use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::{gamg_cache, log_gpu_mapping, GpuSolves, LinearSolves};
-use super::setup::{check_step_count, LinearSolver, MAX_TIME_STEPS};
+use super::setup::{check_steps_of, LinearSolver};
 use super::simple_foam::{
     check_laminar, check_stress_scheme, read_boundary, read_correctors_and_reference,
     read_viscosity, velocity_pressure_schemes, warn_unread_flow,
@@ -44,7 +44,7 @@ use crate::flow::piso::{
 };
 use crate::flow::simple::{MomentumSolver, PressureSolve, SimpleSettings};
 use crate::flow::{FlowError, VelocityCondition};
-use crate::foam::write::{format_g, format_general, format_log, format_scientific};
+use crate::foam::write::{format_general, format_log, format_scientific};
 use crate::foam::FoamDict;
 use crate::fvm::{BoundaryCondition, Schemes};
 use crate::gpu::assembly::AssemblyError;
@@ -176,25 +176,12 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
     // below: a typo (1e-300) would run for ever, time directory after time
     // directory.
     let span = timing.end - timing.start;
-    match &adjust_time_step {
-        None => check_step_count(span / timing.delta_t, timing.delta_t, span)
-            .map_err(|msg| at_key(&control, "deltaT", msg))?,
-        Some(c) if span / c.max_delta_t > MAX_TIME_STEPS => {
-            return Err(at_key(
-                &control,
-                "maxDeltaT",
-                format!(
-                    "maxDeltaT {} over {} of time makes at least {} steps, more than the {} \
-                     allowed: check maxDeltaT and endTime",
-                    format_g(c.max_delta_t),
-                    format_g(span),
-                    format_g(span / c.max_delta_t),
-                    format_g(MAX_TIME_STEPS)
-                ),
-            ))
-        }
-        Some(_) => {}
-    }
+    let (key, step, bound) = match &adjust_time_step {
+        None => ("deltaT", timing.delta_t, ""),
+        Some(c) => ("maxDeltaT", c.max_delta_t, "at least "),
+    };
+    check_steps_of(key, step, span, span / step, bound)
+        .map_err(|msg| at_key(&control, key, msg))?;
     let functions = read_functions(r, &control, timing.write_every, timing.delta_t)?;
     let write_time_interval = match (&adjust_time_step, control.get_word("writeControl")) {
         (Some(_), Ok(w)) if w == "runTime" || w == "adjustableRunTime" => {

@@ -173,20 +173,6 @@ pub fn initial_matrix_on(
     Ok(system.matrix)
 }
 
-/// The process's CPU time in seconds, all threads (OpenFOAM's `cpuTime`
-/// reads `std::clock`, the same); None where the system does not say.
-fn process_cpu_seconds() -> Option<f64> {
-    let mut t = std::mem::MaybeUninit::<libc::timespec>::uninit();
-    // SAFETY: clock_gettime writes one timespec, read only on success.
-    match unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, t.as_mut_ptr()) } {
-        0 => {
-            let t = unsafe { t.assume_init() };
-            Some(t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
-        }
-        _ => None,
-    }
-}
-
 /// OpenFOAM's line after each time step or iteration,
 /// `ExecutionTime = 0.52 s  ClockTime = 1 s`: the process's CPU time (all
 /// threads, as OpenFOAM's `elapsedCpuTime`; the wall time since `start`
@@ -195,9 +181,11 @@ fn process_cpu_seconds() -> Option<f64> {
 /// logs expect.
 pub(crate) fn log_execution_time(start: std::time::Instant) {
     let wall = start.elapsed().as_secs_f64();
+    // OpenFOAM's cpuTime reads std::clock: the process's CPU time, the same.
+    let cpu = crate::timings::process_cpu_seconds();
     log::info!(
         "ExecutionTime = {} s  ClockTime = {} s",
-        crate::foam::write::format_log(process_cpu_seconds().unwrap_or(wall)),
+        crate::foam::write::format_log(if cpu > 0.0 { cpu } else { wall }),
         wall.floor()
     );
 }

@@ -1243,10 +1243,6 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn log_execution_time(&self) {
-        super::log_execution_time(self.clock);
-    }
-
     /// Steady iterations until the residual control is met or `max_iterations`.
     fn steady(
         mut self,
@@ -1269,7 +1265,7 @@ impl<'a> Run<'a> {
             let performances = self.solve(false)?;
             let initial = performances[0].initial_residual;
             converged = residual_tolerance > 0.0 && initial < residual_tolerance;
-            self.log_execution_time();
+            super::log_execution_time(self.clock);
             if converged || iteration == max_iterations || iteration % interval == 0 {
                 self.write(iteration as f64, 0.0)?;
             }
@@ -1330,7 +1326,7 @@ impl<'a> Run<'a> {
                 solves += 1;
                 short += usize::from(!p.converged && !controls.fixed_iterations());
             }
-            self.log_execution_time();
+            super::log_execution_time(self.clock);
             if step == n_steps || step % interval == 0 {
                 self.write(time, time)?;
             }

@@ -216,13 +216,26 @@ pub const MAX_TIME_STEPS: f64 = 1e7;
 
 /// `Err` with a message naming the count when `steps` exceeds [`MAX_TIME_STEPS`].
 pub fn check_step_count(steps: f64, delta_t: f64, span: f64) -> Result<(), String> {
+    check_steps_of("deltaT", delta_t, span, steps, "")
+}
+
+/// `Err` naming `key` when stepping `span` by `step` takes `steps`, more
+/// than [`MAX_TIME_STEPS`]; `bound` qualifies the count ("at least " where
+/// `step` is the largest step, as pimpleFoam's `maxDeltaT`).
+pub fn check_steps_of(
+    key: &str,
+    step: f64,
+    span: f64,
+    steps: f64,
+    bound: &str,
+) -> Result<(), String> {
     if steps <= MAX_TIME_STEPS {
         return Ok(());
     }
     Err(format!(
-        "deltaT {} over {} of time makes {} steps, more than the {} allowed: check deltaT and \
-         endTime",
-        format_g(delta_t),
+        "{key} {} over {} of time makes {bound}{} steps, more than the {} allowed: check {key} \
+         and endTime",
+        format_g(step),
         format_g(span),
         format_g(steps),
         format_g(MAX_TIME_STEPS)

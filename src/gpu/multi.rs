@@ -103,7 +103,8 @@ use cudarc::nccl::safe::{group_end, group_start, Comm, ReduceOp};
 use super::amg::DeviceCsr;
 use super::matrix::DeviceModSell;
 use super::pcg::{
-    chunk_records, chunk_state, launch_direction, DirectionBeta, FirstFailure, GpuVector, STATE_LEN,
+    chunk_records, chunk_state, launch_direction, loop_preconditioner_name, DirectionBeta,
+    FirstFailure, GpuVector, STATE_LEN,
 };
 use super::peer::{self, PeerLinks, VectorSums, PEER_TIMEOUT};
 use super::smooth::DevicePreconditioner;
@@ -1952,10 +1953,7 @@ impl CgBackend for MultiGpuBackend<'_> {
     /// Every rank preconditions alike (block Jacobi of one kind).
     fn preconditioner_name(&self) -> Option<&'static str> {
         let rank = self.ranks.first()?;
-        match &rank.preconditioner {
-            Some(p) => p.preconditioner_name(),
-            None => Some(crate::solve::jacobi::log_name(rank.inv_diag.is_some())),
-        }
+        loop_preconditioner_name(rank.preconditioner.as_deref(), rank.inv_diag.is_some())
     }
 }
 

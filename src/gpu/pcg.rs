@@ -976,6 +976,19 @@ impl Executor for GpuCgBackend<'_> {
     }
 }
 
+/// The log name of a device PCG loop's preconditioning step: its device
+/// preconditioner's, or that of the loop's own fused z = D⁻¹ r (`jacobi`)
+/// or z = r.
+pub(super) fn loop_preconditioner_name(
+    preconditioner: Option<&dyn DevicePreconditioner>,
+    jacobi: bool,
+) -> Option<&'static str> {
+    match preconditioner {
+        Some(p) => p.preconditioner_name(),
+        None => Some(crate::solve::jacobi::log_name(jacobi)),
+    }
+}
+
 impl CgBackend for GpuCgBackend<'_> {
     fn precondition(&self, r: &GpuVector, z: &mut GpuVector) -> f64 {
         if let Some(p) = &self.preconditioner {
@@ -993,10 +1006,7 @@ impl CgBackend for GpuCgBackend<'_> {
     }
 
     fn preconditioner_name(&self) -> Option<&'static str> {
-        match &self.preconditioner {
-            Some(p) => p.preconditioner_name(),
-            None => Some(crate::solve::jacobi::log_name(self.inv_diag.is_some())),
-        }
+        loop_preconditioner_name(self.preconditioner.as_deref(), self.inv_diag.is_some())
     }
 
     fn flexible_term(&self, z: &GpuVector, q: &GpuVector) -> Option<f64> {

@@ -147,7 +147,7 @@ impl<'a> CpuBackend<'a> {
     /// [`DicFactor::of_split`]'s.
     pub fn dic(self) -> Result<Self, SolveError> {
         let factor = DicFactor::of_split(&self.split)?;
-        Ok(self.with_split_factor(factor).named(Some("DIC")))
+        Ok(self.with_split_factor(factor))
     }
 
     /// This backend with OpenFOAM's DILU of its split rows
@@ -158,7 +158,7 @@ impl<'a> CpuBackend<'a> {
     /// rows. Errors as [`dilu_factor`](super::ilu::dilu_factor)'s.
     pub fn dilu(self) -> Result<Self, SolveError> {
         let factor = super::ilu::dilu_factor(&self.split)?;
-        Ok(self.with_split_factor(factor).named(Some("DILU")))
+        Ok(self.with_split_factor(factor))
     }
 
     /// This backend preconditioned by `factor` of its split rows.

@@ -197,7 +197,7 @@ pub fn solve_krylov(
     if let Preconditioner::Kind(kind @ (PreconditionerKind::Dilu | PreconditionerKind::Dic)) =
         preconditioner
     {
-        let start = CpuBackend::unpreconditioned(a);
+        let start = CpuBackend::unpreconditioned(a).named(preconditioner.log_name());
         let backend = match kind {
             PreconditionerKind::Dilu => start.dilu()?,
             _ => start.dic()?,
