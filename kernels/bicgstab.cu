@@ -233,21 +233,27 @@ extern "C" __global__ void bs_lane_row_sums(int n, const u64* __restrict__ slice
 }
 
 // The prologue: r0 = r (scale(1.0, &r, &mut r0)) with partials of r0 . r
-// (dot(&r0, &r)); `folded`: the last block finishes (BS_STEP_START).
+// (dot(&r0, &r)); `folded`: the last block finishes (BS_STEP_START). A
+// chunked kernel (spmv.cu), as bs_half and bs_update.
 extern "C" __global__ void bs_start(int n, const u64* lanes, int folded) {
     const BsLane& l = bs_lane(lanes, blockIdx.y);
     if (l.st[BS_DONE] != 0.0) return;
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    double d = 0.0;
-    if (i < n) {
-        const double v = 1.0 * l.r[i];
-        l.r0[i] = v;
-        d = v * l.r[i];
+    double terms[1][VECTOR_CHUNKS];
+#pragma unroll
+    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
+        const int i = chunk_row(c);
+        double d = 0.0;
+        if (i < n) {
+            const double v = 1.0 * l.r[i];
+            l.r0[i] = v;
+            d = v * l.r[i];
+        }
+        terms[0][c] = d;
     }
-    const double s = block_sum(d);
-    if (threadIdx.x == 0) l.vector_partials[blockIdx.x] = s;
+    const int m = vector_chunks(n);
+    chunk_partials(terms, 1, m, l.vector_partials);
     if (folded && last_block(l.ticket))
-        bs_finish_step(BS_STEP_START, gridDim.x, l.vector_partials, l.st, l.rec, 0);
+        bs_finish_step(BS_STEP_START, m, l.vector_partials, l.st, l.rec, 0);
 }
 
 // p = r + beta (p - omega v) (beta = 0 copies r: kr_bicg_direction), then
@@ -363,42 +369,91 @@ extern "C" __global__ void __launch_bounds__(512, 3) bs_operator(int n, const u6
 
 // s = r - alpha v with partials of sum |s| (kr_bicg_half), then z =
 // inv_diag * s (kr_diagonal; not stored without a preconditioner: z is s).
+// The loads of all the block's chunks go out before their stores.
 extern "C" __global__ void bs_half(int n, const u64* lanes, int jacobi, int j, int folded) {
     const BsLane& l = bs_lane(lanes, blockIdx.y);
     if (l.st[BS_DONE] != 0.0) return;
     const double alpha = l.st[BS_ALPHA];
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    double a = 0.0;
-    if (i < n) {
-        const double si = kr_half_at(i, alpha, l.r, l.v, l.s);
-        a = fabs(si);
-        if (jacobi) l.z[i] = l.inv_diag[i] * si;
+    double rv[VECTOR_CHUNKS], vv[VECTOR_CHUNKS];
+#pragma unroll
+    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
+        const int i = chunk_row(c);
+        if (i < n) {
+            rv[c] = l.r[i];
+            vv[c] = l.v[i];
+        }
     }
-    const double sum = block_sum(a);
-    if (threadIdx.x == 0) l.vector_partials[blockIdx.x] = sum;
+    double terms[1][VECTOR_CHUNKS];
+#pragma unroll
+    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
+        const int i = chunk_row(c);
+        double a = 0.0;
+        if (i < n) {
+            const double si = kr_half_value(alpha, rv[c], vv[c]);
+            l.s[i] = si;
+            a = fabs(si);
+            if (jacobi) l.z[i] = l.inv_diag[i] * si;
+        }
+        terms[0][c] = a;
+    }
+    const int m = vector_chunks(n);
+    chunk_partials(terms, 1, m, l.vector_partials);
     if (folded && last_block(l.ticket))
-        bs_finish_step(BS_STEP_HALF, gridDim.x, l.vector_partials, l.st, l.rec, j);
+        bs_finish_step(BS_STEP_HALF, m, l.vector_partials, l.st, l.rec, j);
 }
 
 // x += alpha y + omega z, r = s - omega t with partials of sum |r| and r0 . r
-// (kr_bicg_update); x of lane c is x_c. Once done, only the launch of the
-// iteration that stopped at its half step (BS_HALF_AT = j) runs: x += alpha y
-// (kr_axpy_dot).
+// (kr_bicg_update's kr_update_values); x of lane c is x_c. Once done, only
+// the launch of the iteration that stopped at its half step (BS_HALF_AT = j)
+// runs: x += alpha y (kr_axpy_dot). The loads of all the block's chunks go
+// out before their stores.
 extern "C" __global__ void bs_update(int n, const u64* lanes, int jacobi, double* x_0,
                                      double* x_1, double* x_2, int j, int folded) {
     const BsLane& l = bs_lane(lanes, blockIdx.y);
     double* x = blockIdx.y == 0 ? x_0 : blockIdx.y == 1 ? x_1 : x_2;
     const double* y = bs_y(l, jacobi);
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const double alpha = l.st[BS_ALPHA];
     if (l.st[BS_DONE] != 0.0) {
-        if (l.st[BS_HALF_AT] == (double)j && i < n) x[i] = x[i] + alpha * y[i];
+        if (l.st[BS_HALF_AT] != (double)j) return;
+#pragma unroll
+        for (int c = 0; c < VECTOR_CHUNKS; ++c) {
+            const int i = chunk_row(c);
+            if (i < n) x[i] = x[i] + alpha * y[i];
+        }
         return;
     }
     const double omega = l.st[BS_OMEGA];
-    double a = 0.0, rho = 0.0;
-    if (i < n) kr_update_at(i, alpha, omega, y, bs_z(l, jacobi), l.s, l.t, l.r0, x, l.r, &a, &rho);
-    block_partials2(a, rho, l.vector_partials);
+    const double* z = bs_z(l, jacobi);
+    double yv[VECTOR_CHUNKS], zv[VECTOR_CHUNKS], sv[VECTOR_CHUNKS], tv[VECTOR_CHUNKS],
+        r0v[VECTOR_CHUNKS], xv[VECTOR_CHUNKS];
+#pragma unroll
+    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
+        const int i = chunk_row(c);
+        if (i < n) {
+            yv[c] = y[i];
+            zv[c] = z[i];
+            sv[c] = l.s[i];
+            tv[c] = l.t[i];
+            r0v[c] = l.r0[i];
+            xv[c] = x[i];
+        }
+    }
+    double terms[2][VECTOR_CHUNKS];
+#pragma unroll
+    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
+        const int i = chunk_row(c);
+        double a = 0.0, rho = 0.0;
+        if (i < n) {
+            double ri;
+            kr_update_values(alpha, omega, yv[c], zv[c], sv[c], tv[c], r0v[c], xv[c], ri, a, rho);
+            x[i] = xv[c];
+            l.r[i] = ri;
+        }
+        terms[0][c] = a;
+        terms[1][c] = rho;
+    }
+    const int m = vector_chunks(n);
+    chunk_partials(terms, 2, m, l.vector_partials);
     if (folded && last_block(l.ticket))
-        bs_finish_step(BS_STEP_UPDATE, gridDim.x, l.vector_partials, l.st, l.rec, j);
+        bs_finish_step(BS_STEP_UPDATE, m, l.vector_partials, l.st, l.rec, j);
 }

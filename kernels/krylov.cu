@@ -154,10 +154,15 @@ extern "C" __global__ void kr_bicg_direction(int n, double beta, double omega,
     if (i < n) kr_direction_at(i, beta, omega, r, v, p);
 }
 
-// Element i of s = r - alpha v. Shared with bs_half.
+// s_i = r_i - alpha v_i from the loaded values. Shared with bs_half.
+__device__ __forceinline__ double kr_half_value(double alpha, double ri, double vi) {
+    return ri - alpha * vi;
+}
+
+// Element i of s = r - alpha v.
 __device__ double kr_half_at(int i, double alpha, const double* __restrict__ r,
                              const double* __restrict__ v, double* __restrict__ s) {
-    const double si = r[i] - alpha * v[i];
+    const double si = kr_half_value(alpha, r[i], v[i]);
     s[i] = si;
     return si;
 }
@@ -173,18 +178,29 @@ extern "C" __global__ void kr_bicg_half(int n, double alpha, const double* __res
     if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
+// One element of x += alpha y + omega z, r = s - omega t from the loaded
+// values, with its terms of sum |r| (a) and r0 . r (rho). Shared with
+// bs_update.
+__device__ __forceinline__ void kr_update_values(double alpha, double omega, double yi, double zi,
+                                                 double si, double ti, double r0i, double& xi,
+                                                 double& ri, double& a, double& rho) {
+    xi += alpha * yi + omega * zi;
+    ri = si - omega * ti;
+    a = fabs(ri);
+    rho = r0i * ri;
+}
+
 // Element i of x += alpha y + omega z, r = s - omega t, with its terms of
-// sum |r| and r0 . r. Shared with bs_update.
+// sum |r| and r0 . r.
 __device__ void kr_update_at(int i, double alpha, double omega, const double* __restrict__ y,
                              const double* __restrict__ z, const double* __restrict__ s,
                              const double* __restrict__ t, const double* __restrict__ r0,
                              double* __restrict__ x, double* __restrict__ r, double* a,
                              double* rho) {
-    x[i] += alpha * y[i] + omega * z[i];
-    const double ri = s[i] - omega * t[i];
+    double xi = x[i], ri;
+    kr_update_values(alpha, omega, y[i], z[i], s[i], t[i], r0[i], xi, ri, *a, *rho);
+    x[i] = xi;
     r[i] = ri;
-    *a = fabs(ri);
-    *rho = r0[i] * ri;
 }
 
 // x += alpha y + omega z, r = s - omega t, with partials of sum |r| and r0 . r.

@@ -217,34 +217,37 @@ extern "C" __global__ void cg_initial_residual(int n, const u64* __restrict__ sl
 // when z is set, and partials of r . z; or, with `z_ready`, z already applied
 // by a device preconditioner and read from z (then, with `q` set, flexible
 // PCG: partials of z . q follow). With `st` a no-op once done. With a ticket
-// the last block finishes iteration j's r . z (finish_precondition).
+// the last block finishes iteration j's r . z (finish_precondition). A
+// chunked kernel (spmv.cu): gpu::chunked_vector_grid blocks.
 extern "C" __global__ void cg_precondition(int n, const double* __restrict__ r,
                                            const double* __restrict__ inv_diag, int z_ready,
                                            double* __restrict__ z, const double* __restrict__ q,
                                            double* partials, double* st, double* rec, int j,
                                            unsigned* ticket) {
     if (st != nullptr && st[ST_DONE] != 0.0) return;
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    double rz = 0.0, zq = 0.0;
-    if (i < n) {
-        double zi;
-        if (z_ready) {
-            zi = z[i];
-            if (q != nullptr) zq = zi * q[i];
-        } else {
-            zi = inv_diag != nullptr ? r[i] * inv_diag[i] : r[i];
-            if (z != nullptr) z[i] = zi;
+    double terms[2][VECTOR_CHUNKS];
+#pragma unroll
+    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
+        const int i = chunk_row(c);
+        double rz = 0.0, zq = 0.0;
+        if (i < n) {
+            double zi;
+            if (z_ready) {
+                zi = z[i];
+                if (q != nullptr) zq = zi * q[i];
+            } else {
+                zi = inv_diag != nullptr ? r[i] * inv_diag[i] : r[i];
+                if (z != nullptr) z[i] = zi;
+            }
+            rz = r[i] * zi;
         }
-        rz = r[i] * zi;
+        terms[0][c] = rz;
+        terms[1][c] = zq;
     }
-    const double s = block_sum(rz);
-    if (threadIdx.x == 0) partials[blockIdx.x] = s;
-    if (q != nullptr) {
-        const double s_zq = block_sum(zq);
-        if (threadIdx.x == 0) partials[gridDim.x + blockIdx.x] = s_zq;
-    }
+    const int m = vector_chunks(n);
+    chunk_partials(terms, q != nullptr ? 2 : 1, m, partials);
     if (ticket != nullptr && last_block(ticket))
-        finish_precondition(gridDim.x, partials, q != nullptr, st, rec, j);
+        finish_precondition(m, partials, q != nullptr, st, rec, j);
 }
 
 // One block: finish_precondition.
@@ -311,32 +314,50 @@ extern "C" __global__ void cg_operator_dot(int n, const double* __restrict__ p,
 // `unscale` is set: the original system's residual of an equilibrated one)
 // and, when `with_rz`, of r . z for z = r * inv_diag (Jacobi; stored in z when
 // z is set) or z = r (inv_diag null; not stored: the direction update reads r).
-// Partials: [|r| per block][r.z per block]. Every thread of the block must
-// call it.
-__device__ void update_rows(int n, double alpha, const double* __restrict__ p,
+// Partials: [|r| per chunk][r.z per chunk], m chunks (a chunked kernel,
+// spmv.cu: the loads of all the block's chunks are issued before their
+// stores). Every thread of the block must call it.
+__device__ void update_rows(int n, int m, double alpha, const double* __restrict__ p,
                             const double* __restrict__ q, double* __restrict__ x,
                             double* __restrict__ r, const double* __restrict__ unscale,
                             int with_rz, const double* __restrict__ inv_diag,
                             double* __restrict__ z, double* partials) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    double res = 0.0, rz = 0.0;
-    if (i < n) {
-        x[i] += alpha * p[i];
-        const double ri = r[i] - alpha * q[i];
-        r[i] = ri;
-        res = fabs(unscale != nullptr ? unscale[i] * ri : ri);
-        if (with_rz) {
-            const double zi = inv_diag != nullptr ? ri * inv_diag[i] : ri;
-            if (z != nullptr) z[i] = zi;
-            rz = ri * zi;
+    double pv[VECTOR_CHUNKS], qv[VECTOR_CHUNKS], xv[VECTOR_CHUNKS], rv[VECTOR_CHUNKS];
+#pragma unroll
+    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
+        const int i = chunk_row(c);
+        if (i < n) {
+            pv[c] = p[i];
+            qv[c] = q[i];
+            xv[c] = x[i];
+            rv[c] = r[i];
         }
     }
-    block_partials2(res, rz, partials);
+    double terms[2][VECTOR_CHUNKS];
+#pragma unroll
+    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
+        const int i = chunk_row(c);
+        double res = 0.0, rz = 0.0;
+        if (i < n) {
+            x[i] = xv[c] + alpha * pv[c];
+            const double ri = rv[c] - alpha * qv[c];
+            r[i] = ri;
+            res = fabs(unscale != nullptr ? unscale[i] * ri : ri);
+            if (with_rz) {
+                const double zi = inv_diag != nullptr ? ri * inv_diag[i] : ri;
+                if (z != nullptr) z[i] = zi;
+                rz = ri * zi;
+            }
+        }
+        terms[0][c] = res;
+        terms[1][c] = rz;
+    }
+    chunk_partials(terms, 2, m, partials);
 }
 
 // update_rows with alpha from st[ST_ALPHA], or *alpha_ptr when st is null. A
 // no-op once `st` says done; with a ticket the last block finishes iteration
-// j.
+// j. A chunked kernel: gpu::chunked_vector_grid blocks.
 extern "C" __global__ void cg_update(int n, double* st, const double* __restrict__ alpha_ptr,
                                      const double* __restrict__ p, const double* __restrict__ q,
                                      double* __restrict__ x, double* __restrict__ r,
@@ -350,9 +371,9 @@ extern "C" __global__ void cg_update(int n, double* st, const double* __restrict
     } else {
         alpha = *alpha_ptr;
     }
-    update_rows(n, alpha, p, q, x, r, unscale, with_rz, inv_diag, z, partials);
-    if (ticket != nullptr && last_block(ticket))
-        finish_update(gridDim.x, partials, with_rz, st, rec, j);
+    const int m = vector_chunks(n);
+    update_rows(n, m, alpha, p, q, x, r, unscale, with_rz, inv_diag, z, partials);
+    if (ticket != nullptr && last_block(ticket)) finish_update(m, partials, with_rz, st, rec, j);
 }
 
 // One block: finish_update.

@@ -42,6 +42,75 @@ __device__ void block_partials2(double a, double b, double* partials) {
     }
 }
 
+// Chunked vector kernels: a block of blockDim.x threads takes VECTOR_CHUNKS
+// chunks of blockDim.x rows in turn (chunk k = blockIdx.x * VECTOR_CHUNKS + c
+// holds rows [k blockDim.x, (k + 1) blockDim.x)) and stores one partial per
+// chunk, block_sum's of the chunk's terms: the partials of a grid of one block
+// per chunk, bit for bit, while a block's fixed costs (its barriers, the
+// ticket's fence of a ticketed launch) are paid once for VECTOR_CHUNKS chunks.
+// A grid larger than the chunks need is correct (its spare blocks store
+// nothing). Host: gpu::VECTOR_CHUNKS, gpu::chunked_vector_grid.
+#define VECTOR_CHUNKS 4
+
+// Chunks of n rows: the count m of each sum's partials.
+__device__ __forceinline__ int vector_chunks(int n) {
+    return (int)((n + blockDim.x - 1) / blockDim.x);
+}
+
+// This thread's row in the block's chunk c.
+__device__ __forceinline__ int chunk_row(int c) {
+    return (int)(((u64)blockIdx.x * VECTOR_CHUNKS + c) * blockDim.x + threadIdx.x);
+}
+
+// block_sum of every v[k] at once, one barrier pair for all, each in
+// block_sum's order (the same bits); the sums are valid in thread 0's v.
+template <int K>
+__device__ void block_sums(double (&v)[K]) {
+    __shared__ double warp_sums[K][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
+    }
+    __syncthreads();  // an earlier call may still be reading warp_sums
+    if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) warp_sums[k][warp] = v[k];
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            double t = lane < (int)(blockDim.x >> 5) ? warp_sums[k][lane] : 0.0;
+            for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
+            v[k] = t;
+        }
+    }
+}
+
+// The partials of the first `count` of S grid-wide sums of a chunked kernel,
+// t[s][c] this thread's term of sum s in chunk c: thread 0 stores the block's
+// sums at partials[s * m + k] for its chunks k < m (the layout of
+// block_partials2 and reduce_partials: [sum 0 per chunk][sum 1 per chunk]).
+// Every thread of the block must call it.
+template <int S>
+__device__ void chunk_partials(double (&t)[S][VECTOR_CHUNKS], int count, int m,
+                               double* partials) {
+    double v[S * VECTOR_CHUNKS];
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+#pragma unroll
+        for (int c = 0; c < VECTOR_CHUNKS; ++c) v[s * VECTOR_CHUNKS + c] = t[s][c];
+    block_sums(v);
+    if (threadIdx.x != 0) return;
+#pragma unroll
+    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
+        const int k = blockIdx.x * VECTOR_CHUNKS + c;
+        if (k >= m) break;
+        for (int s = 0; s < count && s < S; ++s) partials[s * m + k] = v[s * VECTOR_CHUNKS + c];
+    }
+}
+
 // Round-to-nearest arithmetic in either precision, overloaded on it (the _rn
 // intrinsics, which NVRTC never contracts into fused multiply-adds): what the
 // kernels that repeat the CPU's operations bit for bit use (fsai.cu, ic.cu,

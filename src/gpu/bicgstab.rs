@@ -56,7 +56,10 @@ use super::matrix::DeviceModSell;
 use super::pcg::{
     initial_norms_of, launch_initial_norms, GpuSolveOptions, LaunchMode, NormBuffers,
 };
-use super::{arg_or_null, check_row_count, vector_grid, Gpu, GpuError, NULL, VECTOR_BLOCK};
+use super::{
+    arg_or_null, check_row_count, chunked_vector_grid, vector_grid, Gpu, GpuError, NULL,
+    VECTOR_BLOCK,
+};
 use crate::solve::bicgstab::VSMALL;
 use crate::solve::pcg::{check_divergence, check_residual, record, solver_name};
 use crate::solve::{SolveError, SolverControls, SolverPerformance, StopRule};
@@ -698,11 +701,16 @@ impl<'g> DeviceBicgstab<'g> {
     /// The prologue r0 = r, ρ = r0 · r and the first iteration's tests.
     fn launch_start(&self, s: &Shared, key: &ChunkKey, folded: bool) -> Result<(), GpuError> {
         let (n, grid) = (self.n as i32, vector_grid(self.n));
-        let folded_i = i32::from(folded);
-        self.gpu
-            .launch_grid("bs_start", (grid, key.lanes as u32), VECTOR_BLOCK, 0, |a| {
+        let (folded_i, chunked) = (i32::from(folded), chunked_vector_grid(self.n));
+        self.gpu.launch_grid(
+            "bs_start",
+            (chunked, key.lanes as u32),
+            VECTOR_BLOCK,
+            0,
+            |a| {
                 a.arg(&n).arg(&s.table).arg(&folded_i);
-            })?;
+            },
+        )?;
         if !folded {
             self.launch_finish(s, key, STEP_START, grid as i32, false, 0)?;
         }
@@ -752,7 +760,7 @@ impl<'g> DeviceBicgstab<'g> {
     fn launch_chunk(&self, s: &Shared, key: &ChunkKey, folded: bool) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let (n, grid) = (self.n as i32, vector_grid(self.n));
-        let rows = key.lanes as u32;
+        let (rows, chunked) = (key.lanes as u32, chunked_vector_grid(self.n));
         let slices = self.n.div_ceil(self.slice_height);
         let (vm, sm) = (grid as i32, slices as i32);
         let (k, jacobi, folded_i) = (key.lanes as i32, i32::from(key.jacobi), i32::from(folded));
@@ -793,7 +801,7 @@ impl<'g> DeviceBicgstab<'g> {
                 self.launch_finish(s, key, STEP_R0_V, sm, true, j)?;
             }
             // s = r − α v with Σ|s|, z = M⁻¹ s; the half-step test.
-            gpu.launch_grid("bs_half", (grid, rows), VECTOR_BLOCK, 0, |a| {
+            gpu.launch_grid("bs_half", (chunked, rows), VECTOR_BLOCK, 0, |a| {
                 a.arg(&n).arg(&s.table).arg(&jacobi).arg(&j).arg(&folded_i);
             })?;
             if !folded {
@@ -806,7 +814,7 @@ impl<'g> DeviceBicgstab<'g> {
             }
             // x += α y + ω z, r = s − ω t with Σ|r|, r0 · r (or x += α y
             // after a half-step stop); the residual tests.
-            gpu.launch_grid("bs_update", (grid, rows), VECTOR_BLOCK, 0, |a| {
+            gpu.launch_grid("bs_update", (chunked, rows), VECTOR_BLOCK, 0, |a| {
                 a.arg(&n)
                     .arg(&s.table)
                     .arg(&jacobi)

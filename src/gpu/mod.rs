@@ -601,6 +601,12 @@ struct Kernel {
 /// Threads per block of the vector kernels (a multiple of 32).
 pub const VECTOR_BLOCK: u32 = 256;
 
+/// Chunks of [`VECTOR_BLOCK`] rows a block of a chunked vector kernel takes
+/// (kernels/spmv.cu `VECTOR_CHUNKS`): its partials stay one per chunk, the
+/// bits of one block per chunk, while the block's barriers and ticket are
+/// paid once for all its chunks.
+pub const VECTOR_CHUNKS: u32 = 4;
+
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     #[error("no CUDA device: {0}")]
@@ -1244,6 +1250,17 @@ impl Gpu {
         push: impl FnOnce(&mut KernelArgs<'a>),
     ) -> Result<(), GpuError> {
         self.launch(kernel, vector_grid(n), VECTOR_BLOCK, 0, push)
+    }
+
+    /// [`Gpu::launch_vector`] of a chunked vector kernel
+    /// ([`chunked_vector_grid`] blocks).
+    pub fn launch_chunked<'a>(
+        &'a self,
+        kernel: &'static str,
+        n: usize,
+        push: impl FnOnce(&mut KernelArgs<'a>),
+    ) -> Result<(), GpuError> {
+        self.launch(kernel, chunked_vector_grid(n), VECTOR_BLOCK, 0, push)
     }
 
     /// [`Gpu::launch`] on `stream`, a stream of this device (e.g. a
@@ -2024,6 +2041,13 @@ pub fn vector_grid(n: usize) -> u32 {
     n.div_ceil(VECTOR_BLOCK as usize) as u32
 }
 
+/// Grid size of a chunked vector kernel over n elements
+/// ([`VECTOR_CHUNKS`] chunks a block); its partials are still
+/// [`vector_grid`]`(n)` per sum.
+pub fn chunked_vector_grid(n: usize) -> u32 {
+    vector_grid(n).div_ceil(VECTOR_CHUNKS)
+}
+
 /// A number no other call in this process returns: names a set of device
 /// buffers that captured CUDA graphs may hold (`LoopProjection::id`,
 /// `DevicePreconditioner::graph_key`).
@@ -2393,6 +2417,24 @@ mod tests {
             assert!(source_index(file).is_some(), "{file}");
         }
         assert_eq!(source_index("nothing.cu"), None);
+    }
+
+    #[test]
+    fn chunked_kernels_take_as_many_chunks_as_their_grids_assume() {
+        let spmv = KERNEL_SOURCES[source_index("spmv.cu").unwrap()].text;
+        let chunks = regex::Regex::new(r"#define VECTOR_CHUNKS (\d+)")
+            .unwrap()
+            .captures(spmv)
+            .expect("spmv.cu defines VECTOR_CHUNKS")[1]
+            .parse::<u32>()
+            .unwrap();
+        assert_eq!(chunks, VECTOR_CHUNKS);
+        // Every chunk of n rows has a block: grid × chunks × block ≥ n.
+        for n in [1, 255, 256, 257, 1023, 1024, 1025, 1_000_000] {
+            let covered = chunked_vector_grid(n) * VECTOR_CHUNKS * VECTOR_BLOCK;
+            assert!(covered as usize >= n, "{n}");
+            assert!((covered as usize) < n + (VECTOR_CHUNKS * VECTOR_BLOCK) as usize);
+        }
     }
 
     #[test]

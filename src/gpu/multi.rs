@@ -1670,7 +1670,7 @@ impl<'a> RankChunk<'a> {
         let n = self.n_owned as i32;
         let b = &*self.buffers;
         self.gpu
-            .launch_vector("cg_precondition", self.n_owned, |a| {
+            .launch_chunked("cg_precondition", self.n_owned, |a| {
                 a.arg(&n).arg(r);
                 arg_or_null(a, self.inv_diag);
                 a.arg(&0i32);
@@ -1706,7 +1706,6 @@ impl<'a> RankChunk<'a> {
         let gpu = self.gpu;
         let [x, r, z, p, q] = self.vectors;
         let (n, vm) = (self.n_owned as i32, vector_grid(self.n_owned) as usize);
-        let grid = vm as u32;
         // Jacobi stores z; with no preconditioner z = r (not stored).
         let z_out = self.inv_diag.map(|_| z);
         let direction_from = z_out.unwrap_or(r);
@@ -1729,7 +1728,7 @@ impl<'a> RankChunk<'a> {
                     true
                 }
                 _ => {
-                    gpu.launch("cg_update", grid, VECTOR_BLOCK, 0, |a| {
+                    gpu.launch_chunked("cg_update", self.n_owned, |a| {
                         a.arg(&n).arg(&b.state).arg(&NULL);
                         a.arg(p).arg(q).arg(x).arg(r).arg(&NULL).arg(&1i32);
                         arg_or_null(a, self.inv_diag);
@@ -1870,13 +1869,12 @@ impl CgBackend for MultiGpuBackend<'_> {
                 };
                 let n = rk.n32();
                 let j = 0i32;
-                rk.gpu
-                    .launch("cg_precondition", rk.grid(), VECTOR_BLOCK, 0, |a| {
-                        a.arg(&n).arg(rv);
-                        arg_or_null(a, rk.inv_diag.as_ref());
-                        a.arg(&ready).arg(zv).arg(&NULL).arg(&rk.partials);
-                        a.arg(&NULL).arg(&NULL).arg(&j).arg(&NULL);
-                    })?;
+                rk.gpu.launch_chunked("cg_precondition", rk.n_owned, |a| {
+                    a.arg(&n).arg(rv);
+                    arg_or_null(a, rk.inv_diag.as_ref());
+                    a.arg(&ready).arg(zv).arg(&NULL).arg(&rk.partials);
+                    a.arg(&NULL).arg(&NULL).arg(&j).arg(&NULL);
+                })?;
             }
             Ok(self.reduce(1)?[0])
         })
@@ -1920,13 +1918,12 @@ impl CgBackend for MultiGpuBackend<'_> {
                 let (n, with_rz, j) = (rk.n32(), 0i32, 0i32);
                 let (pv, qv, xv, rv) = (p.part(k)?, q.part(k)?, x.part(k)?, r.part(k)?);
                 let scalars = rk.scalars.borrow();
-                rk.gpu
-                    .launch("cg_update", rk.grid(), VECTOR_BLOCK, 0, |a| {
-                        a.arg(&n).arg(&NULL).arg(&*scalars);
-                        a.arg(pv).arg(qv).arg(xv).arg(rv);
-                        a.arg(&NULL).arg(&with_rz).arg(&NULL).arg(&NULL);
-                        a.arg(&rk.partials).arg(&NULL).arg(&j).arg(&NULL);
-                    })?;
+                rk.gpu.launch_chunked("cg_update", rk.n_owned, |a| {
+                    a.arg(&n).arg(&NULL).arg(&*scalars);
+                    a.arg(pv).arg(qv).arg(xv).arg(rv);
+                    a.arg(&NULL).arg(&with_rz).arg(&NULL).arg(&NULL);
+                    a.arg(&rk.partials).arg(&NULL).arg(&j).arg(&NULL);
+                })?;
             }
             Ok(self.reduce(1)?[0])
         })

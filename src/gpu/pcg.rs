@@ -597,7 +597,7 @@ impl<'g> GpuCgBackend<'g> {
         let (n, ready) = (self.n32(), i32::from(z_ready));
         let (j, ticket) = in_loop.unwrap_or((0, None));
         self.gpu
-            .launch_vector("cg_precondition", self.matrix.n, |a| {
+            .launch_chunked("cg_precondition", self.matrix.n, |a| {
                 a.arg(&n).arg(r);
                 arg_or_null(a, self.inv_diag.as_ref());
                 a.arg(&ready);
@@ -648,7 +648,7 @@ impl<'g> GpuCgBackend<'g> {
     ) -> Result<(), GpuError> {
         let n = self.n32();
         let (j, ticket) = in_loop.unwrap_or((0, None));
-        self.gpu.launch_vector("cg_update", self.matrix.n, |a| {
+        self.gpu.launch_chunked("cg_update", self.matrix.n, |a| {
             a.arg(&n);
             arg_or_null(a, in_loop.map(|_| &s.state));
             a.arg(&s.scalars).arg(p).arg(q).arg(x).arg(r);
