@@ -196,7 +196,7 @@ extern "C" __global__ void peer_halo_add(int n, int row0, const u64* __restrict_
 }
 
 // The device loop's update (kernels/pcg.cu update_rows, Jacobi or none, with
-// r . z); its last block publishes the rank's Σ|r| and r . z as the next
+// r . z; a chunked kernel, spmv.cu); its last block publishes the rank's Σ|r| and r . z as the next
 // reduction.
 extern "C" __global__ void peer_update(int n, const double* st, const double* __restrict__ p,
                                        const double* __restrict__ q, double* __restrict__ x,
@@ -206,8 +206,9 @@ extern "C" __global__ void peer_update(int n, const double* st, const double* __
                                        const u64* area, const u64* __restrict__ peers, int me,
                                        int ranks, unsigned* ticket) {
     if (st[ST_DONE] != 0.0) return;
-    update_rows(n, st[ST_ALPHA], p, q, x, r, nullptr, 1, inv_diag, z, partials);
-    if (last_block(ticket)) peer_publish(gridDim.x, 2, partials, -1, nullptr, area, peers, me, ranks);
+    const int m = vector_chunks(n);
+    update_rows(n, m, st[ST_ALPHA], p, q, x, r, nullptr, 1, inv_diag, z, partials);
+    if (last_block(ticket)) peer_publish(m, 2, partials, -1, nullptr, area, peers, me, ranks);
 }
 
 // One block: peer_publish of `count` groups of m partials (then, with

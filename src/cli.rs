@@ -1335,23 +1335,19 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<i32> {
         (Some(gpu), None) => {
             let eq = &args.equilibration;
             match precond {
-                Preconditioner::Kind(kind) => {
-                    solve_pcg_gpu(gpu, &a, kind, eq, &b, &mut x, &controls, "x", &options)
-                }
+                Preconditioner::Kind(kind) => solve_pcg_gpu(
+                    gpu,
+                    kind,
+                    PcgSolve::new(&a, &b, &mut x, &controls, &options).equilibrated(eq),
+                ),
                 Preconditioner::Amg(s) => GpuSolver::new(gpu).solve_amg(
                     &gpu_amg_settings(&s),
-                    PcgSolve {
-                        a: &a,
-                        equilibration: eq,
-                        b: &b,
-                        x: &mut x,
-                        controls: &controls,
-                        field: "x",
-                        options: &options,
-                    },
+                    PcgSolve::new(&a, &b, &mut x, &controls, &options).equilibrated(eq),
                 ),
-                other => GpuSolver::new(gpu)
-                    .solve_with(&a, &other, eq, &b, &mut x, &controls, "x", &options),
+                other => GpuSolver::new(gpu).solve_with(
+                    &other,
+                    PcgSolve::new(&a, &b, &mut x, &controls, &options).equilibrated(eq),
+                ),
             }
         }
         (None, None) => {

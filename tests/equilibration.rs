@@ -8,6 +8,7 @@ use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::fvm::{
     BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, Schemes, SingularPolicy,
 };
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions, LaunchMode};
 use fvpoisson::gpu::test_device;
 use fvpoisson::mesh::generate::BoxSpec;
@@ -202,14 +203,10 @@ fn gpu_equilibrated_solves_match_the_cpu() {
                 let mut x = vec![0.0; a.n_rows()];
                 let perf = solve_pcg_gpu(
                     &gpu,
-                    &a,
                     kind,
-                    &equilibration,
-                    &b,
-                    &mut x,
-                    &controls(),
-                    "p",
-                    &options,
+                    PcgSolve::new(&a, &b, &mut x, &controls(), &options)
+                        .equilibrated(&equilibration)
+                        .named("p"),
                 )
                 .unwrap();
                 let d = max_rel_diff(&x, &x_cpu, neumann);

@@ -5,13 +5,12 @@
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::cusparse::{Cusparse, CusparseKind, CusparseSpmv, DenseVector};
 use fvpoisson::gpu::matrix::{DeviceMatrix, Format};
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::pcg::{
     solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, LaunchMode,
 };
 use fvpoisson::gpu::{test_device, Gpu};
-use fvpoisson::solve::{
-    pcg, solve_pcg, CgBackend, EquilibrationKind, OnExecutor, PreconditionerKind, SolverControls,
-};
+use fvpoisson::solve::{pcg, solve_pcg, CgBackend, OnExecutor, PreconditionerKind, SolverControls};
 use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::testing::{random_symmetric, random_vector, SplitMix};
 use fvpoisson::sparse::{Csr, Reordered, RowOrdering};
@@ -99,14 +98,8 @@ fn gpu_pcg_matches_cpu_pcg() {
                 let mut x = vec![0.0; a.n_rows()];
                 let perf = solve_pcg_gpu(
                     &gpu,
-                    &a,
                     kind,
-                    &EquilibrationKind::None,
-                    &b,
-                    &mut x,
-                    &controls(),
-                    "p",
-                    &options,
+                    PcgSolve::new(&a, &b, &mut x, &controls(), &options).named("p"),
                 )
                 .unwrap();
                 runs.push((perf, x));
@@ -154,14 +147,8 @@ fn gpu_pcg_in_every_ordering_matches_cpu_pcg() {
                 let mut x = vec![0.0; a.n_rows()];
                 let perf = solver
                     .solve(
-                        &a,
                         kind,
-                        &EquilibrationKind::None,
-                        &b,
-                        &mut x,
-                        &controls(),
-                        "p",
-                        &options,
+                        PcgSolve::new(&a, &b, &mut x, &controls(), &options).named("p"),
                     )
                     .unwrap();
                 runs.push((perf, x));

@@ -10,6 +10,7 @@ use std::rc::Rc;
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::amg::{dense_inverse_for_check, DeviceAmg};
 use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::smooth::{gpu_preconditioner, solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::{test_device, Gpu};
@@ -978,14 +979,10 @@ fn solve_with_runs_the_gpu_amg_like_the_cpu() {
             let mut x_gpu = vec![0.0; s.a.n_rows()];
             let gpu_perf = solve_pcg_gpu_with(
                 &gpu,
-                &s.a,
                 &gpu_preconditioner(&p),
-                &equilibration,
-                &s.b,
-                &mut x_gpu,
-                &controls,
-                "p",
-                &options,
+                PcgSolve::new(&s.a, &s.b, &mut x_gpu, &controls, &options)
+                    .equilibrated(&equilibration)
+                    .named("p"),
             )
             .unwrap();
             let d = max_rel_diff(&x_gpu, &x_cpu);

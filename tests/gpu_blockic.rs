@@ -10,6 +10,7 @@
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::block_jacobi::DeviceBlockIc;
 use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuSolver};
 use fvpoisson::gpu::polynomial::device_gershgorin;
 use fvpoisson::gpu::test_device;
@@ -207,7 +208,12 @@ fn pcg_with_block_ic_takes_the_cpu_iterations_and_mixed_reaches_the_tolerance() 
             let options = GpuSolveOptions::default();
             let mut x_gpu = vec![0.0; n];
             let dev = solver
-                .solve_with(&a, &p, &none, &b, &mut x_gpu, &controls, "p", &options)
+                .solve_with(
+                    &p,
+                    PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options)
+                        .equilibrated(&none)
+                        .named("p"),
+                )
                 .unwrap();
             let mut mixed_settings = settings;
             mixed_settings.polynomial.precision = Precision::Mixed;
@@ -215,14 +221,10 @@ fn pcg_with_block_ic_takes_the_cpu_iterations_and_mixed_reaches_the_tolerance() 
             let mut x_mixed = vec![0.0; n];
             let mixed_perf = solver
                 .solve_with(
-                    &a,
                     &mixed,
-                    &none,
-                    &b,
-                    &mut x_mixed,
-                    &controls,
-                    "p",
-                    &options,
+                    PcgSolve::new(&a, &b, &mut x_mixed, &controls, &options)
+                        .equilibrated(&none)
+                        .named("p"),
                 )
                 .unwrap();
             println!(
@@ -462,7 +464,12 @@ fn mixed_jacobi_preconditioners_equal_an_f32_evaluation_and_converge() {
                 let mut x = vec![0.0; n];
                 let p = Preconditioner::Smoother(s);
                 solver
-                    .solve_with(&a, &p, &none, &b, &mut x, &controls, "p", &options)
+                    .solve_with(
+                        &p,
+                        PcgSolve::new(&a, &b, &mut x, &controls, &options)
+                            .equilibrated(&none)
+                            .named("p"),
+                    )
                     .unwrap()
             };
             let (double, mixed) = (solve(double_settings), solve(s));
@@ -542,7 +549,12 @@ fn mixed_multicolour_gauss_seidel_equals_an_f32_evaluation_and_converges() {
             let mut x = vec![0.0; n];
             let p = Preconditioner::Smoother(s);
             solver
-                .solve_with(&a, &p, &none, &b, &mut x, &controls, "p", &options)
+                .solve_with(
+                    &p,
+                    PcgSolve::new(&a, &b, &mut x, &controls, &options)
+                        .equilibrated(&none)
+                        .named("p"),
+                )
                 .unwrap()
         };
         let (double, mixed) = (solve(double_settings), solve(s));

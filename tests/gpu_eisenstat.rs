@@ -7,6 +7,7 @@
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::fvm::testing::random_field;
 use fvpoisson::gpu::eisenstat::DeviceEisenstat;
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::smooth::solve_pcg_gpu_with;
 use fvpoisson::gpu::test_device;
@@ -209,12 +210,20 @@ fn solve_with_eisenstat_sgs_takes_multicolour_symgs_iterations() {
         let none = EquilibrationKind::None;
         let mut x_eis = vec![0.0; n];
         let eis = solve_pcg_gpu_with(
-            &gpu, &a, &eisenstat, &none, &b, &mut x_eis, &controls, "p", &options,
+            &gpu,
+            &eisenstat,
+            PcgSolve::new(&a, &b, &mut x_eis, &controls, &options)
+                .equilibrated(&none)
+                .named("p"),
         )
         .unwrap();
         let mut x_sgs = vec![0.0; n];
         let sgs = solve_pcg_gpu_with(
-            &gpu, &a, &symgs, &none, &b, &mut x_sgs, &controls, "p", &options,
+            &gpu,
+            &symgs,
+            PcgSolve::new(&a, &b, &mut x_sgs, &controls, &options)
+                .equilibrated(&none)
+                .named("p"),
         )
         .unwrap();
         let dx = max_rel_diff(&x_eis, &x_sgs);
@@ -247,14 +256,10 @@ fn solve_with_eisenstat_sgs_takes_multicolour_symgs_iterations() {
         let mut x_eq = vec![0.0; n];
         let eq = solve_pcg_gpu_with(
             &gpu,
-            &a,
             &eisenstat,
-            &EquilibrationKind::Jacobi,
-            &b,
-            &mut x_eq,
-            &controls,
-            "p",
-            &options,
+            PcgSolve::new(&a, &b, &mut x_eq, &controls, &options)
+                .equilibrated(&EquilibrationKind::Jacobi)
+                .named("p"),
         )
         .unwrap();
         assert!(eq.converged, "{name} equilibrated");
@@ -270,14 +275,15 @@ fn bad_diagonals_are_errors_on_the_gpu() {
     let mut x = vec![0.0; 2];
     let err = solve_pcg_gpu_with(
         &gpu,
-        &a,
         &PreconditionerKind::EisenstatSgs.into(),
-        &EquilibrationKind::None,
-        &[1.0, 1.0],
-        &mut x,
-        &SolverControls::default(),
-        "p",
-        &GpuSolveOptions::default(),
+        PcgSolve::new(
+            &a,
+            &[1.0, 1.0],
+            &mut x,
+            &SolverControls::default(),
+            &GpuSolveOptions::default(),
+        )
+        .named("p"),
     )
     .unwrap_err();
     println!("{err}");

@@ -12,6 +12,7 @@ use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::amg::DeviceCsr;
 use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage};
 use fvpoisson::gpu::pcg::GpuSolveOptions;
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::smooth::{solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::test_device;
 use fvpoisson::solve::fsai::{
@@ -163,9 +164,14 @@ fn pcg_matches_the_cpu() {
             let mut x_cpu = vec![0.0; a.n_rows()];
             let cpu = solve_pcg_scaled(&a, p, &eq, &b, &mut x_cpu, &controls, "p").unwrap();
             let mut x_gpu = vec![0.0; a.n_rows()];
-            let dev =
-                solve_pcg_gpu_with(&gpu, &a, &p, &eq, &b, &mut x_gpu, &controls, "p", &options)
-                    .unwrap();
+            let dev = solve_pcg_gpu_with(
+                &gpu,
+                &p,
+                PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options)
+                    .equilibrated(&eq)
+                    .named("p"),
+            )
+            .unwrap();
             let d = max_rel_diff(&x_gpu, &x_cpu);
             let residual = relative_residual(&a, &b, &x_gpu);
             println!(

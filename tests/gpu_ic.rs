@@ -6,6 +6,7 @@
 
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::test_device;
@@ -105,7 +106,11 @@ fn pcg_with_gpu_incomplete_cholesky_takes_the_cpu_iterations() {
             };
             let none = EquilibrationKind::None;
             let gpu_perf = solve_pcg_gpu(
-                &gpu, &a, kind, &none, &b, &mut x_gpu, &controls, "p", &options,
+                &gpu,
+                kind,
+                PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options)
+                    .equilibrated(&none)
+                    .named("p"),
             )
             .unwrap();
             println!(
@@ -149,14 +154,15 @@ fn breakdown_names_the_row_in_the_callers_order() {
     let mut x = vec![0.0; 2];
     let err = solve_pcg_gpu(
         &gpu,
-        &a,
         PreconditionerKind::Dic,
-        &EquilibrationKind::None,
-        &[1.0, 1.0],
-        &mut x,
-        &SolverControls::default(),
-        "p",
-        &GpuSolveOptions::default(),
+        PcgSolve::new(
+            &a,
+            &[1.0, 1.0],
+            &mut x,
+            &SolverControls::default(),
+            &GpuSolveOptions::default(),
+        )
+        .named("p"),
     )
     .unwrap_err();
     assert!(
@@ -190,14 +196,9 @@ fn mixed_precision_dic_and_ic0_settings_reach_the_f32_sweeps() {
                 let mut x = vec![0.0; a.n_rows()];
                 let perf = solve_pcg_gpu_with(
                     &gpu,
-                    &a,
                     p,
-                    &EquilibrationKind::None,
-                    &b,
-                    &mut x,
-                    &controls,
-                    "p",
-                    &GpuSolveOptions::default(),
+                    PcgSolve::new(&a, &b, &mut x, &controls, &GpuSolveOptions::default())
+                        .named("p"),
                 )
                 .unwrap();
                 (perf, x)

@@ -10,6 +10,7 @@ use fvpoisson::fvm::convection::{convection_diffusion, swirl};
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::ilu::DeviceIlu;
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuSolver};
 use fvpoisson::gpu::schwarz::DeviceSchwarz;
 use fvpoisson::gpu::smooth::DevicePreconditioner;
@@ -272,14 +273,8 @@ fn pcg_with_device_ilu_and_as_takes_the_cpu_iterations() {
             };
             let perf = solver
                 .solve_with(
-                    &a,
                     &p,
-                    &EquilibrationKind::None,
-                    &b,
-                    &mut x_gpu,
-                    &controls,
-                    "p",
-                    &options,
+                    PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options).named("p"),
                 )
                 .unwrap();
             println!(

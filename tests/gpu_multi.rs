@@ -14,14 +14,13 @@ use fvpoisson::gpu::multi::{
     box_slabs, nccl_available, solve_pcg_multi, solve_pcg_with, MultiGpuBackend, MultiGpuOptions,
     Reduction, Transport,
 };
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
 use fvpoisson::gpu::peer::{self, all_peers};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::{test_device, Gpu};
 use fvpoisson::solve::single_reduction::solve_pcg_single_reduction;
-use fvpoisson::solve::{
-    pcg, solve_pcg, EquilibrationKind, Preconditioner, PreconditionerKind, SolverControls,
-};
+use fvpoisson::solve::{pcg, solve_pcg, Preconditioner, PreconditionerKind, SolverControls};
 use fvpoisson::sparse::distribute::Decomposition;
 use fvpoisson::sparse::testing::max_rel_diff;
 use fvpoisson::sparse::testing::{random_symmetric, SplitMix};
@@ -168,14 +167,8 @@ fn multi_gpu_pcg_matches_single_gpu_and_cpu() {
         };
         let single = solve_pcg_gpu(
             &one[0],
-            &a,
             PreconditionerKind::Jacobi,
-            &EquilibrationKind::None,
-            &b,
-            &mut x_gpu,
-            &c,
-            "p",
-            &options,
+            PcgSolve::new(&a, &b, &mut x_gpu, &c, &options).named("p"),
         )
         .unwrap();
         assert!(cpu.converged && single.converged);
@@ -515,14 +508,8 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
                     };
                     let fused = solve_pcg_gpu(
                         &devices[0],
-                        &a,
                         PreconditionerKind::Jacobi,
-                        &EquilibrationKind::None,
-                        &b,
-                        &mut x1,
-                        &c,
-                        "p",
-                        &options,
+                        PcgSolve::new(&a, &b, &mut x1, &c, &options).named("p"),
                     )
                     .unwrap();
                     assert!(dev.iterations.abs_diff(fused.iterations) <= 1);

@@ -12,6 +12,7 @@ use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::neumann::DeviceNeumann;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::smooth::{solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::test_device;
 use fvpoisson::solve::neumann::{NeumannSettings, TruncatedNeumann};
@@ -120,7 +121,11 @@ fn pcg_with_neu1_and_neu2_converges_to_the_cpu_solution() {
             };
             let mut x_gpu = vec![0.0; a.n_rows()];
             let dev = solve_pcg_gpu_with(
-                &gpu, &a, &p, &none, &b, &mut x_gpu, &controls, "p", &options,
+                &gpu,
+                &p,
+                PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options)
+                    .equilibrated(&none)
+                    .named("p"),
             )
             .unwrap();
             println!(

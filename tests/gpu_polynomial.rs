@@ -14,6 +14,7 @@ use std::rc::Rc;
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::polynomial::DevicePolynomial;
 use fvpoisson::gpu::smooth::{
     solve_pcg_gpu_with, solve_smooth_gpu, DevicePreconditioner, DeviceSmoother,
@@ -192,9 +193,14 @@ fn pcg_matches_the_cpu() {
             let mut x_cpu = vec![0.0; a.n_rows()];
             let cpu = solve_pcg_scaled(&a, p, &eq, &b, &mut x_cpu, &controls, "p").unwrap();
             let mut x_gpu = vec![0.0; a.n_rows()];
-            let dev =
-                solve_pcg_gpu_with(&gpu, &a, &p, &eq, &b, &mut x_gpu, &controls, "p", &options)
-                    .unwrap();
+            let dev = solve_pcg_gpu_with(
+                &gpu,
+                &p,
+                PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options)
+                    .equilibrated(&eq)
+                    .named("p"),
+            )
+            .unwrap();
             let d = max_rel_diff(&x_gpu, &x_cpu);
             let residual = relative_residual(&a, &b, &x_gpu);
             println!(

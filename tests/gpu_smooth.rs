@@ -11,6 +11,7 @@ use std::rc::Rc;
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::smooth::{
     block_layout, colour_layout, jones_plassmann, solve_pcg_gpu_with, solve_smooth_gpu,
     DeviceSmoother,
@@ -378,14 +379,15 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
             let mut x_gpu = vec![0.0; a.n_rows()];
             let gpu_perf = solve_pcg_gpu_with(
                 &gpu,
-                &a,
                 &p,
-                &EquilibrationKind::None,
-                &b,
-                &mut x_gpu,
-                &SolverControls::absolute(1e-10, 3000),
-                "p",
-                &unpermuted,
+                PcgSolve::new(
+                    &a,
+                    &b,
+                    &mut x_gpu,
+                    &SolverControls::absolute(1e-10, 3000),
+                    &unpermuted,
+                )
+                .named("p"),
             )
             .unwrap();
             let d = max_rel_diff(&x_gpu, &x_cpu);
@@ -414,14 +416,15 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
             let mut x = vec![0.0; a.n_rows()];
             let rcm = solve_pcg_gpu_with(
                 &gpu,
-                &a,
                 &p,
-                &EquilibrationKind::None,
-                &b,
-                &mut x,
-                &SolverControls::absolute(1e-10, 3000),
-                "p",
-                &GpuSolveOptions::default(),
+                PcgSolve::new(
+                    &a,
+                    &b,
+                    &mut x,
+                    &SolverControls::absolute(1e-10, 3000),
+                    &GpuSolveOptions::default(),
+                )
+                .named("p"),
             )
             .unwrap();
             assert!(
@@ -449,9 +452,14 @@ fn pcg_with_smoother_preconditioners_on_equilibrated_systems_matches_the_cpu() {
                 let mut x_cpu = vec![0.0; a.n_rows()];
                 let cpu = solve_pcg_scaled(&a, p, eq, &b, &mut x_cpu, &c, "p").unwrap();
                 let mut x_gpu = vec![0.0; a.n_rows()];
-                let gpu_perf =
-                    solve_pcg_gpu_with(&gpu, &a, &p, eq, &b, &mut x_gpu, &c, "p", &unpermuted)
-                        .unwrap();
+                let gpu_perf = solve_pcg_gpu_with(
+                    &gpu,
+                    &p,
+                    PcgSolve::new(&a, &b, &mut x_gpu, &c, &unpermuted)
+                        .equilibrated(eq)
+                        .named("p"),
+                )
+                .unwrap();
                 let d = max_rel_diff(&x_gpu, &x_cpu);
                 println!(
                     "{name}: PCG + {p}, equilibration {eq}: CPU {} iterations, GPU {}, initial \
@@ -662,14 +670,9 @@ fn mixed_block_jacobi_equals_the_cpu_f32_sweeps_and_converges() {
                 let mut x = vec![0.0; n];
                 let perf = solve_pcg_gpu_with(
                     &gpu,
-                    &a,
                     &Preconditioner::Smoother(s),
-                    &EquilibrationKind::None,
-                    &b,
-                    &mut x,
-                    &controls,
-                    "p",
-                    &GpuSolveOptions::default(),
+                    PcgSolve::new(&a, &b, &mut x, &controls, &GpuSolveOptions::default())
+                        .named("p"),
                 )
                 .unwrap();
                 (perf, residual_norm(&a, &b, &x))

@@ -8,6 +8,7 @@
 
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
+use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::smooth::{solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::ssor::DeviceSsor;
 use fvpoisson::gpu::test_device;
@@ -80,7 +81,11 @@ fn pcg_with_ssor_converges_to_the_cpu_solution() {
     let mut x_gpu = vec![0.0; a.n_rows()];
     let options = GpuSolveOptions::default();
     let gpu_perf = solve_pcg_gpu_with(
-        &gpu, &a, &p, &none, &b, &mut x_gpu, &controls, "p", &options,
+        &gpu,
+        &p,
+        PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options)
+            .equilibrated(&none)
+            .named("p"),
     )
     .unwrap();
     println!(

@@ -43,7 +43,9 @@ use fvpoisson::fvm::{CellField, LaplacianSystem, Schemes};
 use fvpoisson::gpu::assembly::DeviceLaplacian;
 use fvpoisson::gpu::cusparse::{Cusparse, CusparseKind, CusparseSpmv, DenseVector};
 use fvpoisson::gpu::matrix::{DeviceMatrix, Format};
-use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode};
+use fvpoisson::gpu::pcg::{
+    solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode, PcgSolve,
+};
 use fvpoisson::gpu::{Gpu, GpuError};
 use fvpoisson::mesh::{Geometry, Mesh, PatchKind};
 use fvpoisson::solve::{
@@ -960,14 +962,8 @@ impl CaseBench<'_> {
         let end_to_end = |x: &mut [f64]| {
             solve_pcg_gpu(
                 gpu,
-                a,
                 PreconditionerKind::Jacobi,
-                &EquilibrationKind::None,
-                rhs,
-                x,
-                &controls(),
-                "p",
-                &options,
+                PcgSolve::new(a, rhs, x, &controls(), &options).named("p"),
             )
         };
         end_to_end(&mut x)?;

@@ -17,7 +17,7 @@ use crate::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::matrix::DeviceModSell;
 use crate::gpu::multi::{solve_pcg_with, MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
-use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
+use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector, PcgSolve};
 use crate::gpu::polynomial::DevicePolynomial;
 use crate::gpu::smooth::DevicePreconditioner;
 use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother};
@@ -1667,14 +1667,10 @@ impl<'g> LinearSolves<'g> {
                 gpu.solve_smooth(matrix, smoother, b, x, controls, field, &options)
             }
             (Some(gpu), None) => gpu.solve_with(
-                matrix,
                 &solver.preconditioner,
-                equilibration,
-                b,
-                x,
-                controls,
-                field,
-                &options,
+                PcgSolve::new(matrix, b, x, controls, &options)
+                    .equilibrated(equilibration)
+                    .named(field),
             ),
             (None, Some(smoother)) => solve_smooth(matrix, smoother, b, x, controls, field),
             (None, None) => match &solver.gamg {

@@ -25,8 +25,7 @@ use crate::gpu::Gpu;
 use crate::mesh::{self, Geometry, Mesh, Vec3};
 use crate::solve::amg::AmgSettings;
 use crate::solve::{
-    solve_pcg, EquilibrationKind, Preconditioner, PreconditionerKind, SolveError, SolverControls,
-    SolverPerformance,
+    solve_pcg, Preconditioner, PreconditionerKind, SolveError, SolverControls, SolverPerformance,
 };
 use crate::sparse::Csr;
 use std::fmt;
@@ -86,30 +85,15 @@ impl<'g> PressureSolver<'g> {
     ) -> Result<SolverPerformance, SolveError> {
         let start = Instant::now();
         let (controls, options) = (&self.controls, &GpuSolveOptions::default());
-        let none = &EquilibrationKind::None;
         let result = match (&mut self.gpu, &self.amg) {
             (Some(gpu), None) => gpu.solve(
-                a,
                 PreconditionerKind::Jacobi,
-                none,
-                b,
-                p,
-                controls,
-                "p",
-                options,
+                PcgSolve::new(a, b, p, controls, options).named("p"),
             ),
-            (Some(gpu), Some(s)) => {
-                let system = PcgSolve {
-                    a,
-                    equilibration: none,
-                    b,
-                    x: p,
-                    controls,
-                    field: "p",
-                    options,
-                };
-                gpu.solve_amg(&gpu_amg_settings(s), system)
-            }
+            (Some(gpu), Some(s)) => gpu.solve_amg(
+                &gpu_amg_settings(s),
+                PcgSolve::new(a, b, p, controls, options).named("p"),
+            ),
             (None, None) => solve_pcg(a, PreconditionerKind::Dic, b, p, controls, "p"),
             (None, Some(s)) => solve_pcg(a, Preconditioner::Amg(*s), b, p, controls, "p"),
         };

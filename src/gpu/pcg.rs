@@ -1067,19 +1067,12 @@ impl CgBackend for GpuCgBackend<'_> {
 /// `options.ordering` (invisible to the caller). The convergence test and the
 /// returned performance are those of `solve::pcg` on the original system, as
 /// in `solve_pcg_scaled`.
-#[allow(clippy::too_many_arguments)]
 pub fn solve_pcg_gpu(
     gpu: &Gpu,
-    a: &Csr,
     kind: PreconditionerKind,
-    equilibration: &EquilibrationKind,
-    b: &[f64],
-    x: &mut [f64],
-    controls: &SolverControls,
-    field: &str,
-    options: &GpuSolveOptions,
+    s: PcgSolve<'_>,
 ) -> Result<SolverPerformance, SolveError> {
-    GpuSolver::new(gpu).solve(a, kind, equilibration, b, x, controls, field, options)
+    GpuSolver::new(gpu).solve(kind, s)
 }
 
 /// A x = b equilibrated by an [`EquilibrationKind`] on the host, before the
@@ -1359,7 +1352,41 @@ pub struct PcgSolve<'s> {
     pub options: &'s GpuSolveOptions,
 }
 
-impl PcgSolve<'_> {
+impl<'s> PcgSolve<'s> {
+    /// `a x = b` to `controls` on the device as `options` say, `x` the
+    /// initial guess and the solution: the system as given, reported as the
+    /// solve of "x" ([`Self::equilibrated`] and [`Self::named`] change that).
+    pub fn new(
+        a: &'s Csr,
+        b: &'s [f64],
+        x: &'s mut [f64],
+        controls: &'s SolverControls,
+        options: &'s GpuSolveOptions,
+    ) -> Self {
+        Self {
+            a,
+            equilibration: &EquilibrationKind::None,
+            b,
+            x,
+            controls,
+            field: "x",
+            options,
+        }
+    }
+
+    /// The solve on the system equilibrated by `equilibration`.
+    pub fn equilibrated(self, equilibration: &'s EquilibrationKind) -> Self {
+        Self {
+            equilibration,
+            ..self
+        }
+    }
+
+    /// The solve reported (logged) as that of `field`.
+    pub fn named(self, field: &'s str) -> Self {
+        Self { field, ..self }
+    }
+
     /// The checks of every PCG solve ([`check_system`]), made first.
     pub fn check(&self) -> Result<(), SolveError> {
         check_system(self.a, self.b, self.x, self.controls)
@@ -1500,27 +1527,11 @@ impl<'g> GpuSolver<'g> {
     }
 
     /// [`solve_pcg_gpu`] with the permutation from this solver's cache.
-    #[allow(clippy::too_many_arguments)]
     pub fn solve(
         &mut self,
-        a: &Csr,
         kind: PreconditionerKind,
-        equilibration: &EquilibrationKind,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: PcgSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        let s = PcgSolve {
-            a,
-            equilibration,
-            b,
-            x,
-            controls,
-            field,
-            options,
-        };
         self.solve_in_precision(kind, Precision::Double, s)
     }
 

@@ -19,7 +19,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 
 use super::amg::DeviceCsr;
 use super::multi::{ExchangePlan, HaloAdd};
-use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use super::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK, VECTOR_CHUNKS};
 
 /// How long a rank waits for a peer's halo or sums before it gives up.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(30);
@@ -253,7 +253,8 @@ impl PeerLinks {
         n: usize,
     ) -> Result<(), GpuError> {
         let (n32, ticket) = (n as i32, self.tickets.slice(2..));
-        let grid = n.div_ceil(PUBLISH_BLOCK as usize) as u32;
+        // A chunked kernel: VECTOR_CHUNKS chunks of PUBLISH_BLOCK rows a block.
+        let grid = n.div_ceil((PUBLISH_BLOCK * VECTOR_CHUNKS) as usize) as u32;
         gpu.launch("peer_update", grid, PUBLISH_BLOCK, 0, |a| {
             a.arg(&n32).arg(st).arg(p).arg(q).arg(x).arg(r);
             arg_or_null(a, inv_diag);

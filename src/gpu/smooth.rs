@@ -1177,27 +1177,13 @@ impl GpuSolver<'_> {
     /// linear), on the scaled matrix in the smoother's row order. The
     /// convergence test and the returned performance are those of the
     /// original system, as in `solve::solve_pcg_scaled`.
-    #[allow(clippy::too_many_arguments)]
     pub fn solve_with(
         &mut self,
-        a: &Csr,
         preconditioner: &Preconditioner,
-        equilibration: &EquilibrationKind,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: PcgSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        let s = PcgSolve {
-            a,
-            equilibration,
-            b,
-            x,
-            controls,
-            field,
-            options,
-        };
+        let (a, equilibration, b, controls) = (s.a, s.equilibration, s.b, s.controls);
+        let (field, options) = (s.field, s.options);
         let eisenstat_layout;
         let settings = match preconditioner {
             // Its own scaling; equilibrated, multicolour symGS (the same M).
@@ -1284,28 +1270,12 @@ impl GpuSolver<'_> {
 }
 
 /// [`GpuSolver::solve_with`] for one system.
-#[allow(clippy::too_many_arguments)]
 pub fn solve_pcg_gpu_with(
     gpu: &Gpu,
-    a: &Csr,
     preconditioner: &Preconditioner,
-    equilibration: &EquilibrationKind,
-    b: &[f64],
-    x: &mut [f64],
-    controls: &SolverControls,
-    field: &str,
-    options: &GpuSolveOptions,
+    s: PcgSolve<'_>,
 ) -> Result<SolverPerformance, SolveError> {
-    GpuSolver::new(gpu).solve_with(
-        a,
-        preconditioner,
-        equilibration,
-        b,
-        x,
-        controls,
-        field,
-        options,
-    )
+    GpuSolver::new(gpu).solve_with(preconditioner, s)
 }
 
 /// [`GpuSolver::solve_smooth`] for one system.
