@@ -11,7 +11,7 @@ use crate::foam::write::{write_atomic, write_footer, write_header, HeaderSpec};
 use crate::foam::FoamFormat;
 use crate::gpu::amg::gpu_amg_settings;
 use crate::gpu::ilu::gpu_krylov_preconditioner;
-use crate::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions, GpuSolver, PcgSolve};
+use crate::gpu::pcg::{solve_pcg_gpu, DeviceSolve, GpuSolveOptions, GpuSolver};
 use crate::mesh::{self, polymesh, Geometry, MeshReport, MeshSource};
 use crate::solve::registry::{self, Role};
 use crate::solve::{
@@ -1328,7 +1328,9 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<i32> {
                 anyhow::bail!("--precond {precond} runs on the CPU only (--device cpu)");
             }
             GpuSolver::new(gpu).solve_krylov_preconditioned(
-                &a, method, &precond, &b, &mut x, &controls, "x", &options,
+                method,
+                &precond,
+                DeviceSolve::new(&a, &b, &mut x, &controls, &options),
             )
         }
         (None, Some(method)) => solve_krylov(&a, method, precond, &b, &mut x, &controls, "x"),
@@ -1338,15 +1340,15 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<i32> {
                 Preconditioner::Kind(kind) => solve_pcg_gpu(
                     gpu,
                     kind,
-                    PcgSolve::new(&a, &b, &mut x, &controls, &options).equilibrated(eq),
+                    DeviceSolve::new(&a, &b, &mut x, &controls, &options).equilibrated(eq),
                 ),
                 Preconditioner::Amg(s) => GpuSolver::new(gpu).solve_amg(
                     &gpu_amg_settings(&s),
-                    PcgSolve::new(&a, &b, &mut x, &controls, &options).equilibrated(eq),
+                    DeviceSolve::new(&a, &b, &mut x, &controls, &options).equilibrated(eq),
                 ),
                 other => GpuSolver::new(gpu).solve_with(
                     &other,
-                    PcgSolve::new(&a, &b, &mut x, &controls, &options).equilibrated(eq),
+                    DeviceSolve::new(&a, &b, &mut x, &controls, &options).equilibrated(eq),
                 ),
             }
         }

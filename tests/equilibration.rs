@@ -8,7 +8,7 @@ use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::fvm::{
     BoundaryCondition, CellField, LaplacianProblem, LaplacianSystem, Schemes, SingularPolicy,
 };
-use fvpoisson::gpu::pcg::PcgSolve;
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions, LaunchMode};
 use fvpoisson::gpu::test_device;
 use fvpoisson::mesh::generate::BoxSpec;
@@ -204,7 +204,7 @@ fn gpu_equilibrated_solves_match_the_cpu() {
                 let perf = solve_pcg_gpu(
                     &gpu,
                     kind,
-                    PcgSolve::new(&a, &b, &mut x, &controls(), &options)
+                    DeviceSolve::new(&a, &b, &mut x, &controls(), &options)
                         .equilibrated(&equilibration)
                         .named("p"),
                 )

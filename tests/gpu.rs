@@ -5,7 +5,7 @@
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::cusparse::{Cusparse, CusparseKind, CusparseSpmv, DenseVector};
 use fvpoisson::gpu::matrix::{DeviceMatrix, Format};
-use fvpoisson::gpu::pcg::PcgSolve;
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::{
     solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, LaunchMode,
 };
@@ -99,7 +99,7 @@ fn gpu_pcg_matches_cpu_pcg() {
                 let perf = solve_pcg_gpu(
                     &gpu,
                     kind,
-                    PcgSolve::new(&a, &b, &mut x, &controls(), &options).named("p"),
+                    DeviceSolve::new(&a, &b, &mut x, &controls(), &options).named("p"),
                 )
                 .unwrap();
                 runs.push((perf, x));
@@ -148,7 +148,7 @@ fn gpu_pcg_in_every_ordering_matches_cpu_pcg() {
                 let perf = solver
                     .solve(
                         kind,
-                        PcgSolve::new(&a, &b, &mut x, &controls(), &options).named("p"),
+                        DeviceSolve::new(&a, &b, &mut x, &controls(), &options).named("p"),
                     )
                     .unwrap();
                 runs.push((perf, x));

@@ -10,7 +10,7 @@ use std::rc::Rc;
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::amg::{dense_inverse_for_check, DeviceAmg};
 use fvpoisson::gpu::matrix::DeviceModSell;
-use fvpoisson::gpu::pcg::PcgSolve;
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::smooth::{gpu_preconditioner, solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::{test_device, Gpu};
@@ -980,7 +980,7 @@ fn solve_with_runs_the_gpu_amg_like_the_cpu() {
             let gpu_perf = solve_pcg_gpu_with(
                 &gpu,
                 &gpu_preconditioner(&p),
-                PcgSolve::new(&s.a, &s.b, &mut x_gpu, &controls, &options)
+                DeviceSolve::new(&s.a, &s.b, &mut x_gpu, &controls, &options)
                     .equilibrated(&equilibration)
                     .named("p"),
             )

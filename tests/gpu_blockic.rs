@@ -10,7 +10,7 @@
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::block_jacobi::DeviceBlockIc;
 use fvpoisson::gpu::matrix::DeviceModSell;
-use fvpoisson::gpu::pcg::PcgSolve;
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuSolver};
 use fvpoisson::gpu::polynomial::device_gershgorin;
 use fvpoisson::gpu::test_device;
@@ -210,7 +210,7 @@ fn pcg_with_block_ic_takes_the_cpu_iterations_and_mixed_reaches_the_tolerance() 
             let dev = solver
                 .solve_with(
                     &p,
-                    PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options)
+                    DeviceSolve::new(&a, &b, &mut x_gpu, &controls, &options)
                         .equilibrated(&none)
                         .named("p"),
                 )
@@ -222,7 +222,7 @@ fn pcg_with_block_ic_takes_the_cpu_iterations_and_mixed_reaches_the_tolerance() 
             let mixed_perf = solver
                 .solve_with(
                     &mixed,
-                    PcgSolve::new(&a, &b, &mut x_mixed, &controls, &options)
+                    DeviceSolve::new(&a, &b, &mut x_mixed, &controls, &options)
                         .equilibrated(&none)
                         .named("p"),
                 )
@@ -466,7 +466,7 @@ fn mixed_jacobi_preconditioners_equal_an_f32_evaluation_and_converge() {
                 solver
                     .solve_with(
                         &p,
-                        PcgSolve::new(&a, &b, &mut x, &controls, &options)
+                        DeviceSolve::new(&a, &b, &mut x, &controls, &options)
                             .equilibrated(&none)
                             .named("p"),
                     )
@@ -551,7 +551,7 @@ fn mixed_multicolour_gauss_seidel_equals_an_f32_evaluation_and_converges() {
             solver
                 .solve_with(
                     &p,
-                    PcgSolve::new(&a, &b, &mut x, &controls, &options)
+                    DeviceSolve::new(&a, &b, &mut x, &controls, &options)
                         .equilibrated(&none)
                         .named("p"),
                 )

@@ -7,7 +7,7 @@
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::fvm::testing::random_field;
 use fvpoisson::gpu::eisenstat::DeviceEisenstat;
-use fvpoisson::gpu::pcg::PcgSolve;
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuSolveOptions};
 use fvpoisson::gpu::smooth::solve_pcg_gpu_with;
 use fvpoisson::gpu::test_device;
@@ -212,7 +212,7 @@ fn solve_with_eisenstat_sgs_takes_multicolour_symgs_iterations() {
         let eis = solve_pcg_gpu_with(
             &gpu,
             &eisenstat,
-            PcgSolve::new(&a, &b, &mut x_eis, &controls, &options)
+            DeviceSolve::new(&a, &b, &mut x_eis, &controls, &options)
                 .equilibrated(&none)
                 .named("p"),
         )
@@ -221,7 +221,7 @@ fn solve_with_eisenstat_sgs_takes_multicolour_symgs_iterations() {
         let sgs = solve_pcg_gpu_with(
             &gpu,
             &symgs,
-            PcgSolve::new(&a, &b, &mut x_sgs, &controls, &options)
+            DeviceSolve::new(&a, &b, &mut x_sgs, &controls, &options)
                 .equilibrated(&none)
                 .named("p"),
         )
@@ -257,7 +257,7 @@ fn solve_with_eisenstat_sgs_takes_multicolour_symgs_iterations() {
         let eq = solve_pcg_gpu_with(
             &gpu,
             &eisenstat,
-            PcgSolve::new(&a, &b, &mut x_eq, &controls, &options)
+            DeviceSolve::new(&a, &b, &mut x_eq, &controls, &options)
                 .equilibrated(&EquilibrationKind::Jacobi)
                 .named("p"),
         )
@@ -276,7 +276,7 @@ fn bad_diagonals_are_errors_on_the_gpu() {
     let err = solve_pcg_gpu_with(
         &gpu,
         &PreconditionerKind::EisenstatSgs.into(),
-        PcgSolve::new(
+        DeviceSolve::new(
             &a,
             &[1.0, 1.0],
             &mut x,

@@ -11,8 +11,8 @@ mod common;
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::amg::DeviceCsr;
 use fvpoisson::gpu::fsai::{DeviceFsai, FsaiStorage};
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
-use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::smooth::{solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::test_device;
 use fvpoisson::solve::fsai::{
@@ -167,7 +167,7 @@ fn pcg_matches_the_cpu() {
             let dev = solve_pcg_gpu_with(
                 &gpu,
                 &p,
-                PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options)
+                DeviceSolve::new(&a, &b, &mut x_gpu, &controls, &options)
                     .equilibrated(&eq)
                     .named("p"),
             )

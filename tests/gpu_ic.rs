@@ -6,7 +6,7 @@
 
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
-use fvpoisson::gpu::pcg::PcgSolve;
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
 use fvpoisson::gpu::test_device;
@@ -108,7 +108,7 @@ fn pcg_with_gpu_incomplete_cholesky_takes_the_cpu_iterations() {
             let gpu_perf = solve_pcg_gpu(
                 &gpu,
                 kind,
-                PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options)
+                DeviceSolve::new(&a, &b, &mut x_gpu, &controls, &options)
                     .equilibrated(&none)
                     .named("p"),
             )
@@ -155,7 +155,7 @@ fn breakdown_names_the_row_in_the_callers_order() {
     let err = solve_pcg_gpu(
         &gpu,
         PreconditionerKind::Dic,
-        PcgSolve::new(
+        DeviceSolve::new(
             &a,
             &[1.0, 1.0],
             &mut x,
@@ -197,7 +197,7 @@ fn mixed_precision_dic_and_ic0_settings_reach_the_f32_sweeps() {
                 let perf = solve_pcg_gpu_with(
                     &gpu,
                     p,
-                    PcgSolve::new(&a, &b, &mut x, &controls, &GpuSolveOptions::default())
+                    DeviceSolve::new(&a, &b, &mut x, &controls, &GpuSolveOptions::default())
                         .named("p"),
                 )
                 .unwrap();

@@ -10,7 +10,7 @@ use fvpoisson::fvm::convection::{convection_diffusion, swirl};
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use fvpoisson::gpu::ilu::DeviceIlu;
-use fvpoisson::gpu::pcg::PcgSolve;
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuSolver};
 use fvpoisson::gpu::schwarz::DeviceSchwarz;
 use fvpoisson::gpu::smooth::DevicePreconditioner;
@@ -274,7 +274,7 @@ fn pcg_with_device_ilu_and_as_takes_the_cpu_iterations() {
             let perf = solver
                 .solve_with(
                     &p,
-                    PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options).named("p"),
+                    DeviceSolve::new(&a, &b, &mut x_gpu, &controls, &options).named("p"),
                 )
                 .unwrap();
             println!(
@@ -322,7 +322,9 @@ fn gmres_and_bicgstab_with_device_ilu_converge_like_the_cpu() {
                 };
                 let perf = solver
                     .solve_krylov_preconditioned(
-                        &a, &method, &p, &b, &mut x_gpu, &controls, "U", &options,
+                        &method,
+                        &p,
+                        DeviceSolve::new(&a, &b, &mut x_gpu, &controls, &options).named("U"),
                     )
                     .unwrap();
                 let diff = x_cpu

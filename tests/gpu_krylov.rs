@@ -7,6 +7,7 @@
 
 use fvpoisson::fvm::testing::{convection_diffusion_system, convection_diffusion_systems};
 use fvpoisson::gpu::krylov::{DeviceDiagonal, GpuKrylovBackend};
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector};
 use fvpoisson::gpu::test_device;
 use fvpoisson::solve::precond::Jacobi;
@@ -178,7 +179,11 @@ fn gpu_gmres_and_bicgstab_converge_like_the_cpu() {
                         solve_krylov(&a, method, kind, &b, &mut x_cpu, &controls, "u").unwrap();
                     let mut x_gpu = vec![0.0; a.n_rows()];
                     let dev = solver
-                        .solve_krylov(&a, method, kind, &b, &mut x_gpu, &controls, "u", &options)
+                        .solve_krylov(
+                            method,
+                            kind,
+                            DeviceSolve::new(&a, &b, &mut x_gpu, &controls, &options).named("u"),
+                        )
                         .unwrap_or_else(|e| panic!("{name} {method} {kind}: {e}"));
                     let err = x_gpu
                         .iter()
@@ -215,14 +220,16 @@ fn gpu_errors_match_the_cpu() {
     let mut x = vec![0.0; a.n_rows()];
     let err = GpuSolver::new(&gpu)
         .solve_krylov(
-            &a,
             &KrylovMethod::BiCgStab,
             PreconditionerKind::Dic,
-            &b,
-            &mut x,
-            &SolverControls::default(),
-            "u",
-            &GpuSolveOptions::default(),
+            DeviceSolve::new(
+                &a,
+                &b,
+                &mut x,
+                &SolverControls::default(),
+                &GpuSolveOptions::default(),
+            )
+            .named("u"),
         )
         .unwrap_err();
     assert!(err.to_string().contains("jacobi or none"), "{err}");
@@ -232,14 +239,16 @@ fn gpu_errors_match_the_cpu() {
     });
     let err = GpuSolver::new(&gpu)
         .solve_krylov(
-            &a,
             &bad,
             PreconditionerKind::Jacobi,
-            &b,
-            &mut x,
-            &SolverControls::default(),
-            "u",
-            &GpuSolveOptions::default(),
+            DeviceSolve::new(
+                &a,
+                &b,
+                &mut x,
+                &SolverControls::default(),
+                &GpuSolveOptions::default(),
+            )
+            .named("u"),
         )
         .unwrap_err();
     assert!(err.to_string().contains("between 1 and"), "{err}");

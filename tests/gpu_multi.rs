@@ -14,7 +14,7 @@ use fvpoisson::gpu::multi::{
     box_slabs, nccl_available, solve_pcg_multi, solve_pcg_with, MultiGpuBackend, MultiGpuOptions,
     Reduction, Transport,
 };
-use fvpoisson::gpu::pcg::PcgSolve;
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::{solve_pcg_gpu, GpuSolveOptions};
 use fvpoisson::gpu::peer::{self, all_peers};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
@@ -168,7 +168,7 @@ fn multi_gpu_pcg_matches_single_gpu_and_cpu() {
         let single = solve_pcg_gpu(
             &one[0],
             PreconditionerKind::Jacobi,
-            PcgSolve::new(&a, &b, &mut x_gpu, &c, &options).named("p"),
+            DeviceSolve::new(&a, &b, &mut x_gpu, &c, &options).named("p"),
         )
         .unwrap();
         assert!(cpu.converged && single.converged);
@@ -509,7 +509,7 @@ fn device_loop_matches_host_steps_and_the_serial_solve() {
                     let fused = solve_pcg_gpu(
                         &devices[0],
                         PreconditionerKind::Jacobi,
-                        PcgSolve::new(&a, &b, &mut x1, &c, &options).named("p"),
+                        DeviceSolve::new(&a, &b, &mut x1, &c, &options).named("p"),
                     )
                     .unwrap();
                     assert!(dev.iterations.abs_diff(fused.iterations) <= 1);

@@ -11,8 +11,8 @@ use std::rc::Rc;
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::matrix::DeviceModSell;
 use fvpoisson::gpu::neumann::DeviceNeumann;
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
-use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::smooth::{solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::test_device;
 use fvpoisson::solve::neumann::{NeumannSettings, TruncatedNeumann};
@@ -123,7 +123,7 @@ fn pcg_with_neu1_and_neu2_converges_to_the_cpu_solution() {
             let dev = solve_pcg_gpu_with(
                 &gpu,
                 &p,
-                PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options)
+                DeviceSolve::new(&a, &b, &mut x_gpu, &controls, &options)
                     .equilibrated(&none)
                     .named("p"),
             )

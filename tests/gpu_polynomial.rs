@@ -13,8 +13,8 @@ use std::rc::Rc;
 
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
-use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::polynomial::DevicePolynomial;
 use fvpoisson::gpu::smooth::{
     solve_pcg_gpu_with, solve_smooth_gpu, DevicePreconditioner, DeviceSmoother,
@@ -196,7 +196,7 @@ fn pcg_matches_the_cpu() {
             let dev = solve_pcg_gpu_with(
                 &gpu,
                 &p,
-                PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options)
+                DeviceSolve::new(&a, &b, &mut x_gpu, &controls, &options)
                     .equilibrated(&eq)
                     .named("p"),
             )
@@ -290,8 +290,12 @@ fn smoother_sweeps_and_smooth_solver_equal_the_cpu() {
             let mut x_cpu = vec![0.0; a.n_rows()];
             let cpu = solve_smooth(&a, &s, &b, &mut x_cpu, &controls, "p").unwrap();
             let mut x_gpu = vec![0.0; a.n_rows()];
-            let dev =
-                solve_smooth_gpu(&gpu, &a, &s, &b, &mut x_gpu, &controls, "p", &options).unwrap();
+            let dev = solve_smooth_gpu(
+                &gpu,
+                &s,
+                DeviceSolve::new(&a, &b, &mut x_gpu, &controls, &options).named("p"),
+            )
+            .unwrap();
             let d = max_rel_diff(&x_gpu, &x_cpu);
             println!(
                 "{spec} | {s} | {} | {} | {d:.1e}",

@@ -10,8 +10,8 @@ use std::rc::Rc;
 
 use fvpoisson::fvm::testing::poisson_system;
 use fvpoisson::gpu::matrix::DeviceModSell;
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
-use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::smooth::{
     block_layout, colour_layout, jones_plassmann, solve_pcg_gpu_with, solve_smooth_gpu,
     DeviceSmoother,
@@ -321,13 +321,15 @@ fn block_layout_falls_back_to_smaller_blocks_when_one_does_not_fit() {
     let mut x = vec![0.0; a.n_rows()];
     let perf = solve_smooth_gpu(
         &gpu,
-        &a,
         &SmootherSettings::block_jacobi(InnerSolver::Cg, 1e-8, 100, 1024),
-        &b,
-        &mut x,
-        &SolverControls::absolute(1e-8, 500),
-        "p",
-        &GpuSolveOptions::default(),
+        DeviceSolve::new(
+            &a,
+            &b,
+            &mut x,
+            &SolverControls::absolute(1e-8, 500),
+            &GpuSolveOptions::default(),
+        )
+        .named("p"),
     )
     .unwrap();
     assert!(perf.converged, "{perf:?}");
@@ -380,7 +382,7 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
             let gpu_perf = solve_pcg_gpu_with(
                 &gpu,
                 &p,
-                PcgSolve::new(
+                DeviceSolve::new(
                     &a,
                     &b,
                     &mut x_gpu,
@@ -417,7 +419,7 @@ fn pcg_with_gpu_smoother_preconditioners_matches_the_cpu() {
             let rcm = solve_pcg_gpu_with(
                 &gpu,
                 &p,
-                PcgSolve::new(
+                DeviceSolve::new(
                     &a,
                     &b,
                     &mut x,
@@ -455,7 +457,7 @@ fn pcg_with_smoother_preconditioners_on_equilibrated_systems_matches_the_cpu() {
                 let gpu_perf = solve_pcg_gpu_with(
                     &gpu,
                     &p,
-                    PcgSolve::new(&a, &b, &mut x_gpu, &c, &unpermuted)
+                    DeviceSolve::new(&a, &b, &mut x_gpu, &c, &unpermuted)
                         .equilibrated(eq)
                         .named("p"),
                 )
@@ -521,13 +523,15 @@ fn smooth_solver_on_the_gpu_matches_the_cpu() {
             let mut x_gpu = vec![0.0; a.n_rows()];
             let gpu_perf = solve_smooth_gpu(
                 &gpu,
-                &a,
                 s,
-                &b,
-                &mut x_gpu,
-                &SolverControls::absolute(1e-7, 100_000),
-                "p",
-                &unpermuted,
+                DeviceSolve::new(
+                    &a,
+                    &b,
+                    &mut x_gpu,
+                    &SolverControls::absolute(1e-7, 100_000),
+                    &unpermuted,
+                )
+                .named("p"),
             )
             .unwrap();
             let d = max_rel_diff(&x_gpu, &x_cpu);
@@ -545,13 +549,15 @@ fn smooth_solver_on_the_gpu_matches_the_cpu() {
         let mut x = vec![0.0; a.n_rows()];
         let perf = solve_smooth_gpu(
             &gpu,
-            &a,
             &asynchronous,
-            &b,
-            &mut x,
-            &SolverControls::absolute(1e-7, 100_000),
-            "p",
-            &unpermuted,
+            DeviceSolve::new(
+                &a,
+                &b,
+                &mut x,
+                &SolverControls::absolute(1e-7, 100_000),
+                &unpermuted,
+            )
+            .named("p"),
         )
         .unwrap();
         println!(
@@ -671,7 +677,7 @@ fn mixed_block_jacobi_equals_the_cpu_f32_sweeps_and_converges() {
                 let perf = solve_pcg_gpu_with(
                     &gpu,
                     &Preconditioner::Smoother(s),
-                    PcgSolve::new(&a, &b, &mut x, &controls, &GpuSolveOptions::default())
+                    DeviceSolve::new(&a, &b, &mut x, &controls, &GpuSolveOptions::default())
                         .named("p"),
                 )
                 .unwrap();
@@ -703,13 +709,15 @@ fn mixed_block_jacobi_equals_the_cpu_f32_sweeps_and_converges() {
     let mut x = vec![0.0; a.n_rows()];
     let err = solve_smooth_gpu(
         &gpu,
-        &a,
         &s,
-        &b,
-        &mut x,
-        &SolverControls::absolute(1e-8, 100),
-        "p",
-        &GpuSolveOptions::default(),
+        DeviceSolve::new(
+            &a,
+            &b,
+            &mut x,
+            &SolverControls::absolute(1e-8, 100),
+            &GpuSolveOptions::default(),
+        )
+        .named("p"),
     )
     .unwrap_err()
     .to_string();

@@ -7,8 +7,8 @@
 //! FVPOISSON_REQUIRE_GPU=1).
 
 use fvpoisson::fvm::testing::poisson_system;
+use fvpoisson::gpu::pcg::DeviceSolve;
 use fvpoisson::gpu::pcg::GpuSolveOptions;
-use fvpoisson::gpu::pcg::PcgSolve;
 use fvpoisson::gpu::smooth::{solve_pcg_gpu_with, DevicePreconditioner};
 use fvpoisson::gpu::ssor::DeviceSsor;
 use fvpoisson::gpu::test_device;
@@ -83,7 +83,7 @@ fn pcg_with_ssor_converges_to_the_cpu_solution() {
     let gpu_perf = solve_pcg_gpu_with(
         &gpu,
         &p,
-        PcgSolve::new(&a, &b, &mut x_gpu, &controls, &options)
+        DeviceSolve::new(&a, &b, &mut x_gpu, &controls, &options)
             .equilibrated(&none)
             .named("p"),
     )

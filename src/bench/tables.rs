@@ -44,7 +44,7 @@ use fvpoisson::gpu::assembly::DeviceLaplacian;
 use fvpoisson::gpu::cusparse::{Cusparse, CusparseKind, CusparseSpmv, DenseVector};
 use fvpoisson::gpu::matrix::{DeviceMatrix, Format};
 use fvpoisson::gpu::pcg::{
-    solve_pcg_gpu, GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode, PcgSolve,
+    solve_pcg_gpu, DeviceSolve, GpuCgBackend, GpuSolveOptions, GpuVector, LaunchMode,
 };
 use fvpoisson::gpu::{Gpu, GpuError};
 use fvpoisson::mesh::{Geometry, Mesh, PatchKind};
@@ -963,7 +963,7 @@ impl CaseBench<'_> {
             solve_pcg_gpu(
                 gpu,
                 PreconditionerKind::Jacobi,
-                PcgSolve::new(a, rhs, x, &controls(), &options).named("p"),
+                DeviceSolve::new(a, rhs, x, &controls(), &options).named("p"),
             )
         };
         end_to_end(&mut x)?;

@@ -83,7 +83,7 @@ use crate::foam::write::format_g;
 use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
 use crate::gpu::assembly::AssemblyError;
 use crate::gpu::ilu::gpu_krylov_preconditioner;
-use crate::gpu::pcg::{GpuSolveOptions, GpuSolver};
+use crate::gpu::pcg::{DeviceSolve, GpuSolveOptions, GpuSolver};
 use crate::gpu::simple::{DeviceFlowError, DevicePhaseSeconds, DevicePressureSolver, DeviceSimple};
 use crate::gpu::Gpu;
 use crate::io::foam_field::FoamWriteOptions;
@@ -827,8 +827,11 @@ pub fn run_flow_case_with_mesh(
             let controls = momentum.controls;
             simple.set_momentum_solve(Box::new(move |a, b, x, field| {
                 let options = GpuSolveOptions::default();
-                momentum_solver
-                    .solve_krylov_preconditioned(a, &method, &p, b, x, &controls, field, &options)
+                momentum_solver.solve_krylov_preconditioned(
+                    &method,
+                    &p,
+                    DeviceSolve::new(a, b, x, &controls, &options).named(field),
+                )
             }));
             Some(GpuSolves::new(gpu))
         }

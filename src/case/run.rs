@@ -17,7 +17,7 @@ use crate::gpu::ic::{DeviceIncompleteCholesky, IcKind};
 use crate::gpu::ilu::gpu_krylov_preconditioner;
 use crate::gpu::matrix::DeviceModSell;
 use crate::gpu::multi::{solve_pcg_with, MultiGpuBackend, MultiGpuDeflation, MultiGpuOptions};
-use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, GpuVector, PcgSolve};
+use crate::gpu::pcg::{DeviceSolve, GpuSolveOptions, GpuSolver, GpuVector};
 use crate::gpu::polynomial::DevicePolynomial;
 use crate::gpu::smooth::DevicePreconditioner;
 use crate::gpu::smooth::{gpu_preconditioner, gpu_smoother};
@@ -1655,7 +1655,9 @@ impl<'g> LinearSolves<'g> {
         if let Some(method) = &solver.krylov {
             return match (gpu_solver, solver.preconditioner) {
                 (Some(gpu), p) => gpu.solve_krylov_preconditioned(
-                    matrix, method, &p, b, x, controls, field, &options,
+                    method,
+                    &p,
+                    DeviceSolve::new(matrix, b, x, controls, &options).named(field),
                 ),
                 (None, preconditioner) => {
                     solve_krylov(matrix, method, preconditioner, b, x, controls, field)
@@ -1663,12 +1665,13 @@ impl<'g> LinearSolves<'g> {
             };
         }
         match (gpu_solver, &solver.smoother) {
-            (Some(gpu), Some(smoother)) => {
-                gpu.solve_smooth(matrix, smoother, b, x, controls, field, &options)
-            }
+            (Some(gpu), Some(smoother)) => gpu.solve_smooth(
+                smoother,
+                DeviceSolve::new(matrix, b, x, controls, &options).named(field),
+            ),
             (Some(gpu), None) => gpu.solve_with(
                 &solver.preconditioner,
-                PcgSolve::new(matrix, b, x, controls, &options)
+                DeviceSolve::new(matrix, b, x, controls, &options)
                     .equilibrated(equilibration)
                     .named(field),
             ),

@@ -20,7 +20,7 @@ use super::simple::{IterationReport, PressureSolve, ResidualControl, Simple, Sim
 use super::{FlowError, VectorValues, VelocityCondition};
 use crate::fvm::{BoundaryCondition, PatchValues};
 use crate::gpu::amg::gpu_amg_settings;
-use crate::gpu::pcg::{GpuSolveOptions, GpuSolver, PcgSolve};
+use crate::gpu::pcg::{DeviceSolve, GpuSolveOptions, GpuSolver};
 use crate::gpu::Gpu;
 use crate::mesh::{self, Geometry, Mesh, Vec3};
 use crate::solve::amg::AmgSettings;
@@ -88,11 +88,11 @@ impl<'g> PressureSolver<'g> {
         let result = match (&mut self.gpu, &self.amg) {
             (Some(gpu), None) => gpu.solve(
                 PreconditionerKind::Jacobi,
-                PcgSolve::new(a, b, p, controls, options).named("p"),
+                DeviceSolve::new(a, b, p, controls, options).named("p"),
             ),
             (Some(gpu), Some(s)) => gpu.solve_amg(
                 &gpu_amg_settings(s),
-                PcgSolve::new(a, b, p, controls, options).named("p"),
+                DeviceSolve::new(a, b, p, controls, options).named("p"),
             ),
             (None, None) => solve_pcg(a, PreconditionerKind::Dic, b, p, controls, "p"),
             (None, Some(s)) => solve_pcg(a, Preconditioner::Amg(*s), b, p, controls, "p"),

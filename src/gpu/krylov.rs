@@ -25,7 +25,7 @@ pub use super::smooth::DevicePreconditioner;
 
 use super::matrix::DeviceModSell;
 use super::pcg::{
-    initial_norms, read_sums, vector_sum, FirstFailure, GpuSolveOptions, GpuSolver, GpuVector,
+    initial_norms, read_sums, vector_sum, DeviceSolve, FirstFailure, GpuSolver, GpuVector,
     NormBuffers,
 };
 use super::{arg_or_null, check_row_count, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
@@ -471,39 +471,37 @@ impl<'g> GpuSolver<'g> {
     /// `method` and Jacobi or no preconditioner (`kind`), after the CPU
     /// path's input checks; rows reordered by `options.ordering` (invisible
     /// to the caller).
-    #[allow(clippy::too_many_arguments)]
     pub fn solve_krylov(
         &mut self,
-        a: &Csr,
         method: &KrylovMethod,
         kind: PreconditionerKind,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: DeviceSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
         let build = move |gpu: &'g Gpu, ordered: &Csr| {
             DeviceDiagonal::of_kind(gpu, ordered, kind)
                 .map(|p| Box::new(p) as Box<dyn DevicePreconditioner + 'g>)
         };
-        self.solve_krylov_with(a, method, Box::new(build), b, x, controls, field, options)
+        self.solve_krylov_with(method, Box::new(build), s)
     }
 
     /// [`Self::solve_krylov`] with the preconditioner `build` makes from the
     /// matrix in the device's row order.
-    #[allow(clippy::too_many_arguments)]
     pub fn solve_krylov_with(
         &mut self,
-        a: &Csr,
         method: &KrylovMethod,
         build: Box<BuildDevicePreconditioner<'_, 'g>>,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: DeviceSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
+        let s = s.unequilibrated(&method.to_string())?;
+        let DeviceSolve {
+            a,
+            b,
+            x,
+            controls,
+            field,
+            options,
+            ..
+        } = s;
         check_inputs(a, b, x, controls)?;
         if let KrylovMethod::Gmres(s) = method {
             s.validate().map_err(SolveError::InvalidControls)?;

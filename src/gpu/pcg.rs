@@ -1070,7 +1070,7 @@ impl CgBackend for GpuCgBackend<'_> {
 pub fn solve_pcg_gpu(
     gpu: &Gpu,
     kind: PreconditionerKind,
-    s: PcgSolve<'_>,
+    s: DeviceSolve<'_>,
 ) -> Result<SolverPerformance, SolveError> {
     GpuSolver::new(gpu).solve(kind, s)
 }
@@ -1338,11 +1338,12 @@ fn pcg_scaled_reordered(
     Ok(perf)
 }
 
-/// One PCG solve as the `GpuSolver::solve_*` variants of a preconditioner
-/// take it: `a x = b` on the system equilibrated by `equilibration`, to
-/// `controls`, reported as `field`, `x` the initial guess and the solution,
-/// on the device as `options` say.
-pub struct PcgSolve<'s> {
+/// One linear solve as the GPU solvers take it (`GpuSolver::solve_*`,
+/// `solve_pcg_gpu*`, `solve_smooth_gpu`): `a x = b` to `controls`, reported
+/// as `field`, `x` the initial guess and the solution, on the device as
+/// `options` say; PCG on the system equilibrated by `equilibration` (the
+/// other methods refuse one, [`Self::unequilibrated`]).
+pub struct DeviceSolve<'s> {
     pub a: &'s Csr,
     pub equilibration: &'s EquilibrationKind,
     pub b: &'s [f64],
@@ -1352,7 +1353,7 @@ pub struct PcgSolve<'s> {
     pub options: &'s GpuSolveOptions,
 }
 
-impl<'s> PcgSolve<'s> {
+impl<'s> DeviceSolve<'s> {
     /// `a x = b` to `controls` on the device as `options` say, `x` the
     /// initial guess and the solution: the system as given, reported as the
     /// solve of "x" ([`Self::equilibrated`] and [`Self::named`] change that).
@@ -1385,6 +1386,17 @@ impl<'s> PcgSolve<'s> {
     /// The solve reported (logged) as that of `field`.
     pub fn named(self, field: &'s str) -> Self {
         Self { field, ..self }
+    }
+
+    /// `self`, refused with an error naming `method` when it asks for an
+    /// equilibration, which only PCG applies.
+    pub fn unequilibrated(self, method: &str) -> Result<Self, SolveError> {
+        if *self.equilibration == EquilibrationKind::None {
+            return Ok(self);
+        }
+        Err(SolveError::InvalidControls(format!(
+            "equilibration is applied by PCG only, not by {method}: remove it or use PCG"
+        )))
     }
 
     /// The checks of every PCG solve ([`check_system`]), made first.
@@ -1477,7 +1489,7 @@ impl<'g> GpuSolver<'g> {
     /// variants, each checking its system and settings first.
     pub(crate) fn pcg_reordered<H>(
         &mut self,
-        s: PcgSolve<'_>,
+        s: DeviceSolve<'_>,
         jacobi: bool,
         host: impl FnOnce(&Csr) -> Result<H, SolveError>,
         precondition: impl FnOnce(
@@ -1504,7 +1516,7 @@ impl<'g> GpuSolver<'g> {
     /// AMG, FSAI, ILU and Schwarz and the registry's algorithms.
     pub(crate) fn pcg_preconditioned(
         &mut self,
-        s: PcgSolve<'_>,
+        s: DeviceSolve<'_>,
         preconditioner: &Preconditioner,
         build: impl FnOnce(
             &'g Gpu,
@@ -1530,7 +1542,7 @@ impl<'g> GpuSolver<'g> {
     pub fn solve(
         &mut self,
         kind: PreconditionerKind,
-        s: PcgSolve<'_>,
+        s: DeviceSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
         self.solve_in_precision(kind, Precision::Double, s)
     }
@@ -1542,7 +1554,7 @@ impl<'g> GpuSolver<'g> {
         &mut self,
         kind: PreconditionerKind,
         precision: Precision,
-        s: PcgSolve<'_>,
+        s: DeviceSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
         s.check()?;
         let incomplete_cholesky = IcKind::of(kind);
@@ -1600,7 +1612,29 @@ impl<'g> GpuSolver<'g> {
 
 #[cfg(test)]
 mod tests {
-    use super::{chunk_length, MIN_CHUNK};
+    use super::{chunk_length, DeviceSolve, GpuSolveOptions, MIN_CHUNK};
+    use crate::solve::{EquilibrationKind, SolverControls};
+    use crate::sparse::Csr;
+
+    #[test]
+    fn only_pcg_takes_an_equilibration() {
+        let a = Csr::from_rows(1, [vec![(0, 2.0)]]).unwrap();
+        let (b, mut x) = (vec![1.0], vec![0.0]);
+        let (controls, options) = (SolverControls::default(), GpuSolveOptions::default());
+        let plain = DeviceSolve::new(&a, &b, &mut x, &controls, &options).named("U");
+        let plain = plain.unequilibrated("PBiCGStab").expect("no equilibration");
+        assert_eq!(
+            (plain.field, *plain.equilibration),
+            ("U", EquilibrationKind::None)
+        );
+        let scaled = plain.equilibrated(&EquilibrationKind::Jacobi);
+        let err = scaled
+            .unequilibrated("PBiCGStab")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("PBiCGStab") && err.contains("PCG"), "{err}");
+    }
 
     #[test]
     fn chunks_end_where_the_previous_solve_ended_then_stay_short() {

@@ -34,7 +34,7 @@ use super::amg::gpu_amg_settings;
 use super::block_jacobi::{BlockIcStructure, DeviceBlockIc, BLOCK_IC_KERNELS};
 use super::levels::{identity_rows, widen};
 use super::matrix::{DeviceModSell, DeviceModSellF32};
-use super::pcg::{GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, PcgSolve, ScaledSystem};
+use super::pcg::{DeviceSolve, GpuCgBackend, GpuSolveOptions, GpuSolver, GpuVector, ScaledSystem};
 use super::polynomial::DevicePolynomial;
 use super::setup::{checked_diagonal, jacobi_scales, RowScale, SetupSpans};
 use super::{arg_or_null, Gpu, GpuError, NULL};
@@ -46,7 +46,7 @@ use crate::solve::smoother::{check_diagonal, sweep_order};
 use crate::solve::{
     pcg, ColouringKind, Equilibration, EquilibrationKind, InnerSolver, OnExecutor,
     PolynomialSettings, Precision, Preconditioner, PreconditionerKind, SmootherKind,
-    SmootherSettings, SolveError, SolverControls, SolverPerformance, Sweep,
+    SmootherSettings, SolveError, SolverPerformance, Sweep,
 };
 use crate::sparse::blocks::{grown_blocks, in_slice_counts};
 use crate::sparse::ordering::reverse_cuthill_mckee;
@@ -1180,7 +1180,7 @@ impl GpuSolver<'_> {
     pub fn solve_with(
         &mut self,
         preconditioner: &Preconditioner,
-        s: PcgSolve<'_>,
+        s: DeviceSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
         let (a, equilibration, b, controls) = (s.a, s.equilibration, s.b, s.controls);
         let (field, options) = (s.field, s.options);
@@ -1243,17 +1243,21 @@ impl GpuSolver<'_> {
     /// OpenFOAM's smoothSolver (`solve::smooth_solve`, residual read back
     /// every `nSweeps` sweeps) with the smoother of `settings` (as given: map
     /// it with [`gpu_smoother`] first), in the smoother's row order.
-    #[allow(clippy::too_many_arguments)]
     pub fn solve_smooth(
         &mut self,
-        a: &Csr,
         settings: &SmootherSettings,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: DeviceSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
+        let s = s.unequilibrated("smoothSolver")?;
+        let DeviceSolve {
+            a,
+            b,
+            x,
+            controls,
+            field,
+            options,
+            ..
+        } = s;
         check_system(a, b, x, controls)?;
         settings.validate().map_err(SolveError::InvalidControls)?;
         check_diagonal(a, "smoother")?;
@@ -1273,22 +1277,16 @@ impl GpuSolver<'_> {
 pub fn solve_pcg_gpu_with(
     gpu: &Gpu,
     preconditioner: &Preconditioner,
-    s: PcgSolve<'_>,
+    s: DeviceSolve<'_>,
 ) -> Result<SolverPerformance, SolveError> {
     GpuSolver::new(gpu).solve_with(preconditioner, s)
 }
 
 /// [`GpuSolver::solve_smooth`] for one system.
-#[allow(clippy::too_many_arguments)]
 pub fn solve_smooth_gpu(
     gpu: &Gpu,
-    a: &Csr,
     settings: &SmootherSettings,
-    b: &[f64],
-    x: &mut [f64],
-    controls: &SolverControls,
-    field: &str,
-    options: &GpuSolveOptions,
+    s: DeviceSolve<'_>,
 ) -> Result<SolverPerformance, SolveError> {
-    GpuSolver::new(gpu).solve_smooth(a, settings, b, x, controls, field, options)
+    GpuSolver::new(gpu).solve_smooth(settings, s)
 }

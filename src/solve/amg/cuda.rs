@@ -59,7 +59,7 @@ use crate::gpu::kernel_args::KernelElement;
 use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, ValidAsZeroBits};
 
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
-use super::pcg::{GpuSolver, PcgSolve};
+use super::pcg::{DeviceSolve, GpuSolver};
 pub(super) use super::scan::{read_at, unzeroed, Scan};
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, driver, vector_grid, DeferredRead, Gpu, GpuError, VECTOR_BLOCK};
@@ -1968,7 +1968,7 @@ impl GpuSolver<'_> {
     pub fn solve_amg(
         &mut self,
         settings: &AmgSettings,
-        s: PcgSolve<'_>,
+        s: DeviceSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
         let amg = Preconditioner::Amg(*settings);
         self.pcg_preconditioned(s, &amg, |gpu, _, backend| {

@@ -15,14 +15,14 @@ use cudarc::driver::CudaSlice;
 use super::ic::{DeviceIncompleteCholesky, IcKind};
 use super::krylov::DeviceDiagonal;
 use super::levels::DeviceLevels;
-use super::pcg::{GpuSolveOptions, GpuSolver};
+use super::pcg::{DeviceSolve, GpuSolver};
 use super::schwarz::DeviceSchwarz;
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, Gpu, GpuError};
 use crate::solve::ilu::{diagonal_slots, pivot_thresholds, symbolic, zero_pivot};
 use crate::solve::krylov::KrylovMethod;
 use crate::solve::registry::{self, Role};
-use crate::solve::{Preconditioner, SolveError, SolverControls, SolverPerformance};
+use crate::solve::{Preconditioner, SolveError, SolverPerformance};
 use crate::sparse::fill::FillPattern;
 use crate::sparse::levels::LevelSchedule;
 use crate::sparse::{Csr, Reordered};
@@ -178,17 +178,11 @@ impl<'g> GpuSolver<'g> {
     /// GMRES or BiCGStab (`gpu::krylov`) with any preconditioner
     /// [`device_preconditioner`] builds (ILU(k), RAS/AS, DILU, DIC, IC(0)),
     /// or Jacobi/none; factorised on the matrix in the device's row order.
-    #[allow(clippy::too_many_arguments)]
     pub fn solve_krylov_preconditioned(
         &mut self,
-        a: &Csr,
         method: &KrylovMethod,
         preconditioner: &Preconditioner,
-        b: &[f64],
-        x: &mut [f64],
-        controls: &SolverControls,
-        field: &str,
-        options: &GpuSolveOptions,
+        s: DeviceSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
         preconditioner.validate()?;
         let p = *preconditioner;
@@ -207,8 +201,8 @@ impl<'g> GpuSolver<'g> {
         };
         // Errors name the device row order's rows, as the other GPU paths'
         // factorisations do before `in_original_rows`.
-        let perm = self.permutation(a, options)?.cloned();
-        self.solve_krylov_with(a, method, Box::new(build), b, x, controls, field, options)
+        let perm = self.permutation(s.a, s.options)?.cloned();
+        self.solve_krylov_with(method, Box::new(build), s)
             .map_err(|e| super::levels::in_original_rows(e, perm.as_ref()))
     }
 }

@@ -26,7 +26,7 @@ use cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
 
 use super::levels::in_original_rows;
 use super::matrix::{f32_copy_into, DeviceModSell, DeviceModSellF32};
-use super::pcg::{GpuSolver, PcgSolve};
+use super::pcg::{DeviceSolve, GpuSolver};
 use super::setup::SetupSpans;
 use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, Gpu, GpuError, NULL};
@@ -476,7 +476,7 @@ impl GpuSolver<'_> {
     pub fn solve_polynomial(
         &mut self,
         settings: &PolynomialSettings,
-        s: PcgSolve<'_>,
+        s: DeviceSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
         s.check()?;
         Preconditioner::Polynomial(*settings).check()?;
