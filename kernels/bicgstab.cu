@@ -238,18 +238,12 @@ extern "C" __global__ void bs_lane_row_sums(int n, const u64* __restrict__ slice
 extern "C" __global__ void bs_start(int n, const u64* lanes, int folded) {
     const BsLane& l = bs_lane(lanes, blockIdx.y);
     if (l.st[BS_DONE] != 0.0) return;
-    double terms[1][VECTOR_CHUNKS];
-#pragma unroll
-    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
-        const int i = chunk_row(c);
-        double d = 0.0;
-        if (i < n) {
-            const double v = 1.0 * l.r[i];
-            l.r0[i] = v;
-            d = v * l.r[i];
-        }
-        terms[0][c] = d;
-    }
+    double terms[1][VECTOR_CHUNKS] = {};
+    for_chunk_rows(n, [&](int c, int i) {
+        const double v = 1.0 * l.r[i];
+        l.r0[i] = v;
+        terms[0][c] = v * l.r[i];
+    });
     const int m = vector_chunks(n);
     chunk_partials(terms, 1, m, l.vector_partials);
     if (folded && last_block(l.ticket))
@@ -375,27 +369,17 @@ extern "C" __global__ void bs_half(int n, const u64* lanes, int jacobi, int j, i
     if (l.st[BS_DONE] != 0.0) return;
     const double alpha = l.st[BS_ALPHA];
     double rv[VECTOR_CHUNKS], vv[VECTOR_CHUNKS];
-#pragma unroll
-    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
-        const int i = chunk_row(c);
-        if (i < n) {
-            rv[c] = l.r[i];
-            vv[c] = l.v[i];
-        }
-    }
-    double terms[1][VECTOR_CHUNKS];
-#pragma unroll
-    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
-        const int i = chunk_row(c);
-        double a = 0.0;
-        if (i < n) {
-            const double si = kr_half_value(alpha, rv[c], vv[c]);
-            l.s[i] = si;
-            a = fabs(si);
-            if (jacobi) l.z[i] = l.inv_diag[i] * si;
-        }
-        terms[0][c] = a;
-    }
+    for_chunk_rows(n, [&](int c, int i) {
+        rv[c] = l.r[i];
+        vv[c] = l.v[i];
+    });
+    double terms[1][VECTOR_CHUNKS] = {};
+    for_chunk_rows(n, [&](int c, int i) {
+        const double si = kr_half_value(alpha, rv[c], vv[c]);
+        l.s[i] = si;
+        terms[0][c] = fabs(si);
+        if (jacobi) l.z[i] = l.inv_diag[i] * si;
+    });
     const int m = vector_chunks(n);
     chunk_partials(terms, 1, m, l.vector_partials);
     if (folded && last_block(l.ticket))
@@ -415,43 +399,29 @@ extern "C" __global__ void bs_update(int n, const u64* lanes, int jacobi, double
     const double alpha = l.st[BS_ALPHA];
     if (l.st[BS_DONE] != 0.0) {
         if (l.st[BS_HALF_AT] != (double)j) return;
-#pragma unroll
-        for (int c = 0; c < VECTOR_CHUNKS; ++c) {
-            const int i = chunk_row(c);
-            if (i < n) x[i] = x[i] + alpha * y[i];
-        }
+        for_chunk_rows(n, [&](int, int i) { x[i] = x[i] + alpha * y[i]; });
         return;
     }
     const double omega = l.st[BS_OMEGA];
     const double* z = bs_z(l, jacobi);
     double yv[VECTOR_CHUNKS], zv[VECTOR_CHUNKS], sv[VECTOR_CHUNKS], tv[VECTOR_CHUNKS],
         r0v[VECTOR_CHUNKS], xv[VECTOR_CHUNKS];
-#pragma unroll
-    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
-        const int i = chunk_row(c);
-        if (i < n) {
-            yv[c] = y[i];
-            zv[c] = z[i];
-            sv[c] = l.s[i];
-            tv[c] = l.t[i];
-            r0v[c] = l.r0[i];
-            xv[c] = x[i];
-        }
-    }
-    double terms[2][VECTOR_CHUNKS];
-#pragma unroll
-    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
-        const int i = chunk_row(c);
-        double a = 0.0, rho = 0.0;
-        if (i < n) {
-            double ri;
-            kr_update_values(alpha, omega, yv[c], zv[c], sv[c], tv[c], r0v[c], xv[c], ri, a, rho);
-            x[i] = xv[c];
-            l.r[i] = ri;
-        }
-        terms[0][c] = a;
-        terms[1][c] = rho;
-    }
+    for_chunk_rows(n, [&](int c, int i) {
+        yv[c] = y[i];
+        zv[c] = z[i];
+        sv[c] = l.s[i];
+        tv[c] = l.t[i];
+        r0v[c] = l.r0[i];
+        xv[c] = x[i];
+    });
+    double terms[2][VECTOR_CHUNKS] = {};  // sum |r|, r0 . r
+    for_chunk_rows(n, [&](int c, int i) {
+        double ri;
+        kr_update_values(alpha, omega, yv[c], zv[c], sv[c], tv[c], r0v[c], xv[c], ri,
+                         terms[0][c], terms[1][c]);
+        x[i] = xv[c];
+        l.r[i] = ri;
+    });
     const int m = vector_chunks(n);
     chunk_partials(terms, 2, m, l.vector_partials);
     if (folded && last_block(l.ticket))

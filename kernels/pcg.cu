@@ -225,25 +225,18 @@ extern "C" __global__ void cg_precondition(int n, const double* __restrict__ r,
                                            double* partials, double* st, double* rec, int j,
                                            unsigned* ticket) {
     if (st != nullptr && st[ST_DONE] != 0.0) return;
-    double terms[2][VECTOR_CHUNKS];
-#pragma unroll
-    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
-        const int i = chunk_row(c);
-        double rz = 0.0, zq = 0.0;
-        if (i < n) {
-            double zi;
-            if (z_ready) {
-                zi = z[i];
-                if (q != nullptr) zq = zi * q[i];
-            } else {
-                zi = inv_diag != nullptr ? r[i] * inv_diag[i] : r[i];
-                if (z != nullptr) z[i] = zi;
-            }
-            rz = r[i] * zi;
+    double terms[2][VECTOR_CHUNKS] = {};  // r . z, z . q
+    for_chunk_rows(n, [&](int c, int i) {
+        double zi;
+        if (z_ready) {
+            zi = z[i];
+            if (q != nullptr) terms[1][c] = zi * q[i];
+        } else {
+            zi = inv_diag != nullptr ? r[i] * inv_diag[i] : r[i];
+            if (z != nullptr) z[i] = zi;
         }
-        terms[0][c] = rz;
-        terms[1][c] = zq;
-    }
+        terms[0][c] = r[i] * zi;
+    });
     const int m = vector_chunks(n);
     chunk_partials(terms, q != nullptr ? 2 : 1, m, partials);
     if (ticket != nullptr && last_block(ticket))
@@ -323,35 +316,24 @@ __device__ void update_rows(int n, int m, double alpha, const double* __restrict
                             int with_rz, const double* __restrict__ inv_diag,
                             double* __restrict__ z, double* partials) {
     double pv[VECTOR_CHUNKS], qv[VECTOR_CHUNKS], xv[VECTOR_CHUNKS], rv[VECTOR_CHUNKS];
-#pragma unroll
-    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
-        const int i = chunk_row(c);
-        if (i < n) {
-            pv[c] = p[i];
-            qv[c] = q[i];
-            xv[c] = x[i];
-            rv[c] = r[i];
+    for_chunk_rows(n, [&](int c, int i) {
+        pv[c] = p[i];
+        qv[c] = q[i];
+        xv[c] = x[i];
+        rv[c] = r[i];
+    });
+    double terms[2][VECTOR_CHUNKS] = {};  // sum |r|, r . z
+    for_chunk_rows(n, [&](int c, int i) {
+        x[i] = xv[c] + alpha * pv[c];
+        const double ri = rv[c] - alpha * qv[c];
+        r[i] = ri;
+        terms[0][c] = fabs(unscale != nullptr ? unscale[i] * ri : ri);
+        if (with_rz) {
+            const double zi = inv_diag != nullptr ? ri * inv_diag[i] : ri;
+            if (z != nullptr) z[i] = zi;
+            terms[1][c] = ri * zi;
         }
-    }
-    double terms[2][VECTOR_CHUNKS];
-#pragma unroll
-    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
-        const int i = chunk_row(c);
-        double res = 0.0, rz = 0.0;
-        if (i < n) {
-            x[i] = xv[c] + alpha * pv[c];
-            const double ri = rv[c] - alpha * qv[c];
-            r[i] = ri;
-            res = fabs(unscale != nullptr ? unscale[i] * ri : ri);
-            if (with_rz) {
-                const double zi = inv_diag != nullptr ? ri * inv_diag[i] : ri;
-                if (z != nullptr) z[i] = zi;
-                rz = ri * zi;
-            }
-        }
-        terms[0][c] = res;
-        terms[1][c] = rz;
-    }
+    });
     chunk_partials(terms, 2, m, partials);
 }
 

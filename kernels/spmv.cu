@@ -62,6 +62,17 @@ __device__ __forceinline__ int chunk_row(int c) {
     return (int)(((u64)blockIdx.x * VECTOR_CHUNKS + c) * blockDim.x + threadIdx.x);
 }
 
+// f(c, i) for each chunk c of the block whose row i (this thread's) is below
+// n, the chunks in turn.
+template <typename F>
+__device__ __forceinline__ void for_chunk_rows(int n, const F& f) {
+#pragma unroll
+    for (int c = 0; c < VECTOR_CHUNKS; ++c) {
+        const int i = chunk_row(c);
+        if (i < n) f(c, i);
+    }
+}
+
 // block_sum of every v[k] at once, one barrier pair for all, each in
 // block_sum's order (the same bits); the sums are valid in thread 0's v.
 template <int K>
