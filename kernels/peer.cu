@@ -196,8 +196,8 @@ extern "C" __global__ void peer_halo_add(int n, int row0, const u64* __restrict_
 }
 
 // The device loop's update (kernels/pcg.cu update_rows, Jacobi or none, with
-// r . z; a chunked kernel, spmv.cu); its last block publishes the rank's Σ|r| and r . z as the next
-// reduction.
+// r . z; a chunked kernel, spmv.cu); its last block publishes the rank's Σ|r|
+// and r . z as the next reduction.
 extern "C" __global__ void peer_update(int n, const double* st, const double* __restrict__ p,
                                        const double* __restrict__ q, double* __restrict__ x,
                                        double* __restrict__ r,

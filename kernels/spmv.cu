@@ -12,33 +12,53 @@ __device__ __forceinline__ int grid_warp() {
     return (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
 }
 
-// Sum of v over the block, valid in thread 0. Fixed shuffle tree inside each
-// warp, then over the warp sums: the same bits run to run. blockDim.x must be
-// a multiple of 32 (at most 1024). Safe to call twice in a row.
-__device__ double block_sum(double v) {
-    __shared__ double warp_sums[32];
+// The sums of every v[k] over the block at once, one barrier pair for all:
+// each a fixed shuffle tree inside every warp, then over the warp sums (the
+// same bits run to run); valid in thread 0's v. blockDim.x must be a
+// multiple of 32 (at most 1024). Safe to call twice in a row.
+template <int K>
+__device__ void block_sums(double (&v)[K]) {
+    __shared__ double warp_sums[K][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    __syncthreads();  // an earlier call may still be reading warp_sums
-    if (lane == 0) warp_sums[warp] = v;
-    __syncthreads();
-    double t = 0.0;
-    if (warp == 0) {
-        t = lane < (int)(blockDim.x >> 5) ? warp_sums[lane] : 0.0;
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
+    for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
     }
-    return t;
+    __syncthreads();  // an earlier call may still be reading warp_sums
+    if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) warp_sums[k][warp] = v[k];
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            double t = lane < (int)(blockDim.x >> 5) ? warp_sums[k][lane] : 0.0;
+            for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
+            v[k] = t;
+        }
+    }
+}
+
+// Sum of v over the block, valid in thread 0 (block_sums of one value: warp 0
+// holds its lanes' tree sums, the other threads 0). blockDim.x must be a
+// multiple of 32 (at most 1024). Safe to call twice in a row.
+__device__ double block_sum(double v) {
+    double one[1] = {v};
+    block_sums(one);
+    return (threadIdx.x >> 5) == 0 ? one[0] : 0.0;
 }
 
 // This block's partials of two grid-wide sums, stored as [a per block][b per
-// block] (the layout reduce_partials reads with count 2): block_sum of a, then
-// of b, written by thread 0. Every thread of the block must call it.
+// block] (the layout reduce_partials reads with count 2): block_sum of each,
+// reduced together (one barrier pair), written by thread 0. Every thread of
+// the block must call it.
 __device__ void block_partials2(double a, double b, double* partials) {
-    const double s_a = block_sum(a);
-    const double s_b = block_sum(b);
+    double two[2] = {a, b};
+    block_sums(two);
     if (threadIdx.x == 0) {
-        partials[blockIdx.x] = s_a;
-        partials[gridDim.x + blockIdx.x] = s_b;
+        partials[blockIdx.x] = two[0];
+        partials[gridDim.x + blockIdx.x] = two[1];
     }
 }
 
@@ -70,32 +90,6 @@ __device__ __forceinline__ void for_chunk_rows(int n, const F& f) {
     for (int c = 0; c < VECTOR_CHUNKS; ++c) {
         const int i = chunk_row(c);
         if (i < n) f(c, i);
-    }
-}
-
-// block_sum of every v[k] at once, one barrier pair for all, each in
-// block_sum's order (the same bits); the sums are valid in thread 0's v.
-template <int K>
-__device__ void block_sums(double (&v)[K]) {
-    __shared__ double warp_sums[K][32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-        for (int k = 0; k < K; ++k) v[k] += __shfl_down_sync(0xffffffffu, v[k], o);
-    }
-    __syncthreads();  // an earlier call may still be reading warp_sums
-    if (lane == 0) {
-#pragma unroll
-        for (int k = 0; k < K; ++k) warp_sums[k][warp] = v[k];
-    }
-    __syncthreads();
-    if (warp == 0) {
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-            double t = lane < (int)(blockDim.x >> 5) ? warp_sums[k][lane] : 0.0;
-            for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
-            v[k] = t;
-        }
     }
 }
 

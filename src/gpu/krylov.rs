@@ -492,7 +492,7 @@ impl<'g> GpuSolver<'g> {
         build: Box<BuildDevicePreconditioner<'_, 'g>>,
         s: DeviceSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        let s = s.unequilibrated(&method.to_string())?;
+        let s = s.unequilibrated(method)?;
         let DeviceSolve {
             a,
             b,

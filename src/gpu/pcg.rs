@@ -1390,7 +1390,7 @@ impl<'s> DeviceSolve<'s> {
 
     /// `self`, refused with an error naming `method` when it asks for an
     /// equilibration, which only PCG applies.
-    pub fn unequilibrated(self, method: &str) -> Result<Self, SolveError> {
+    pub fn unequilibrated(self, method: &dyn std::fmt::Display) -> Result<Self, SolveError> {
         if *self.equilibration == EquilibrationKind::None {
             return Ok(self);
         }
@@ -1622,14 +1622,16 @@ mod tests {
         let (b, mut x) = (vec![1.0], vec![0.0]);
         let (controls, options) = (SolverControls::default(), GpuSolveOptions::default());
         let plain = DeviceSolve::new(&a, &b, &mut x, &controls, &options).named("U");
-        let plain = plain.unequilibrated("PBiCGStab").expect("no equilibration");
+        let plain = plain
+            .unequilibrated(&"PBiCGStab")
+            .expect("no equilibration");
         assert_eq!(
             (plain.field, *plain.equilibration),
             ("U", EquilibrationKind::None)
         );
         let scaled = plain.equilibrated(&EquilibrationKind::Jacobi);
         let err = scaled
-            .unequilibrated("PBiCGStab")
+            .unequilibrated(&"PBiCGStab")
             .err()
             .unwrap()
             .to_string();

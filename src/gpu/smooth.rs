@@ -1248,7 +1248,7 @@ impl GpuSolver<'_> {
         settings: &SmootherSettings,
         s: DeviceSolve<'_>,
     ) -> Result<SolverPerformance, SolveError> {
-        let s = s.unequilibrated("smoothSolver")?;
+        let s = s.unequilibrated(&"smoothSolver")?;
         let DeviceSolve {
             a,
             b,
