@@ -313,10 +313,11 @@ __device__ void bs_lane_rows(int n, const u64* __restrict__ slice_ptr,
 // (BS_STEP_R0_V), or t = A z with t . s and t . t (BS_STEP_T); diag_c is
 // lane c's diagonal. One block per slice for all lanes; `folded`: the last
 // block (ticket `operator_ticket`) finishes `step` of chunk iteration j of
-// every lane it ran. At most 512 threads a block (the slice height), three
-// blocks resident per multiprocessor: the lanes' gathers are latency-bound,
-// and 47 registers a thread left room for two.
-extern "C" __global__ void __launch_bounds__(512, 3) bs_operator(int n, const u64* __restrict__ slice_ptr,
+// every lane it ran. At most 512 threads a block (the slice height), four
+// blocks resident per multiprocessor (at most 32 registers a thread): the
+// lanes' gathers are latency-bound, so more loads in flight pay more than the
+// registers (three blocks: 85 us a launch on the 1 M-cell cavity, four: 78).
+extern "C" __global__ void __launch_bounds__(512, 4) bs_operator(int n, const u64* __restrict__ slice_ptr,
                                        const int* __restrict__ codes,
                                        const double* __restrict__ vals, const double* diag_0,
                                        const double* diag_1, const double* diag_2,

@@ -1,6 +1,6 @@
 // Block-IC (src/solve/block_jacobi/cuda.rs DeviceBlockIc; CPU reference src/solve/block_jacobi/cpu.rs
 // BlockIc = solve::precond Dic/Ic0 of the block-diagonal part of A) and the
-// mixed-precision Jacobi and colour sweeps of the smoothers. Compiled with
+// mixed-precision Jacobi sweep of the smoothers. Compiled with
 // spmv.cu, smooth.cu and ic.cu (u64, gated_off, the rn_ operations).
 //
 // A block is a mod-SELL slice of H rows, one thread block of H threads, one
@@ -319,32 +319,6 @@ extern "C" __global__ void smooth_jacobi_f32(int n, const u64* __restrict__ slic
         else if (c < 0) res = __fsub_rn(res, __fmul_rn(vals[k], x_own[-(c + 1)]));
     }
     if (in) x_new[row] = __fadd_rn(xr, __fmul_rn(scale[row], res));
-}
-
-// Mixed-precision multicolour Gauss-Seidel as a PCG preconditioner
-// (gpu::smooth): smooth_colour on the f32 twin of A and an f32 iterate, b
-// read in f64 and rounded, x_i = (b_i - sum_j a_ij x_j) / a_ii in slot order
-// with _rn operations (equal to a host f32 evaluation). From zero: x zeroed
-// by zero_vector_f32, widened into z by ic_widen.
-extern "C" __global__ void smooth_colour_f32(int count, int first, int h,
-                                             const int* __restrict__ rows,
-                                             const u64* __restrict__ slice_ptr,
-                                             const int* __restrict__ codes,
-                                             const float* __restrict__ vals,
-                                             const float* __restrict__ diag,
-                                             const double* __restrict__ b, float* x,
-                                             const double* done) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= count || gated_off(done)) return;
-    const int row = rows[first + i];
-    const int s = row / h, base = s * h;
-    float acc = (float)b[row];
-    for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
-        const int c = codes[k];
-        if (c > 0) acc = __fsub_rn(acc, __fmul_rn(vals[k], x[c - 1]));
-        else if (c < 0) acc = __fsub_rn(acc, __fmul_rn(vals[k], x[base - c - 1]));
-    }
-    x[row] = __fdiv_rn(acc, diag[row]);
 }
 
 // x = 0 in f32, gated.

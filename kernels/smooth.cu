@@ -95,28 +95,30 @@ extern "C" __global__ void smooth_jacobi(int n, const u64* __restrict__ slice_pt
 }
 
 // Multicolour Gauss-Seidel (Wikberg 2024, §4.2.1): the rows rows[first .. first+count)
-// of one colour, one thread each, in place: x_i = (b_i - sum_j a_ij x_j) / a_ii.
-// No two rows of a colour are coupled, so every x_j read belongs to another
-// colour and is not written by this launch.
-extern "C" __global__ void smooth_colour(int count, int first, int h,
-                                         const int* __restrict__ rows,
-                                         const u64* __restrict__ slice_ptr,
-                                         const int* __restrict__ codes,
-                                         const double* __restrict__ vals,
-                                         const double* __restrict__ diag,
-                                         const double* __restrict__ b, double* x,
-                                         const double* done) {
+// of one colour, one thread each, in place: x_i = (b_i - sum_j a_ij x_j) / a_ii
+// in slot order with the rn_ operations (no FMA contraction: a host evaluation
+// in T gives the same bits). No two rows of a colour are coupled, so every x_j
+// read belongs to another colour and is not written by this launch. The f32
+// instance is the mixed-precision preconditioner's (gpu::smooth): the f32 twin
+// of A and an f32 iterate, b read in f64 and rounded; from zero, x is zeroed
+// by zero_vector_f32 and widened into z by ic_widen.
+// kernel: smooth_colour<double>, smooth_colour_f32 = smooth_colour<float>
+template <typename T>
+__global__ void smooth_colour(int count, int first, int h, const int* __restrict__ rows,
+                              const u64* __restrict__ slice_ptr, const int* __restrict__ codes,
+                              const T* __restrict__ vals, const T* __restrict__ diag,
+                              const double* __restrict__ b, T* x, const double* done) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count || gated_off(done)) return;
     const int row = rows[first + i];
     const int s = row / h, base = s * h;
-    double acc = b[row];
+    T acc = (T)b[row];
     for (u64 k = slice_ptr[s] + (row - base); k < slice_ptr[s + 1]; k += h) {
         const int c = codes[k];
-        if (c > 0) acc -= vals[k] * x[c - 1];
-        else if (c < 0) acc -= vals[k] * x[base - c - 1];
+        if (c > 0) acc = rn_sub(acc, rn_mul(vals[k], x[c - 1]));
+        else if (c < 0) acc = rn_sub(acc, rn_mul(vals[k], x[base - c - 1]));
     }
-    x[row] = acc / diag[row];
+    x[row] = rn_div(acc, diag[row]);
 }
 
 // Jones-Plassmann priority: the "lowbias32" integer hash (colouring.rs jp_priority).

@@ -471,8 +471,10 @@ fn device_choice_cpu_needs_no_device_and_auto_never_fails() {
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn out_of_memory_is_a_clear_error_and_the_device_still_works() {
     // Alone on the device: while the driver fails the allocation, the memory
-    // it tried to reserve is not free for the other tests of this process.
+    // it tried to reserve is not free for the other tests of this process,
+    // nor for other test binaries run beside this one.
     let _device = DEVICE_MEMORY.write().unwrap_or_else(|e| e.into_inner());
+    let _alone = fvpoisson::gpu::DeviceAlone::take();
     let Some(gpu) = test_device() else { return };
     let (_, total) = gpu.memory().unwrap();
     let err = gpu.zeros::<f64>(total / 4).unwrap_err();

@@ -2092,9 +2092,74 @@ pub fn nvrtc_present() -> bool {
     false
 }
 
+/// The lock file GPU test processes share, in the temporary directory: each
+/// holds it shared from its first [`test_device`] on, and a test that fills
+/// the device's memory takes it alone ([`DeviceAlone`]), so that test
+/// binaries run side by side do not see one another's allocations fail.
+const TEST_LOCK_FILE: &str = "fvpoisson-gpu-tests.lock";
+
+/// This process's handle on [`TEST_LOCK_FILE`], locked shared when first
+/// opened; `None` where the file cannot be opened (tests then run without
+/// the lock, as before it existed).
+fn test_lock() -> Option<&'static std::fs::File> {
+    static LOCK: OnceLock<Option<std::fs::File>> = OnceLock::new();
+    LOCK.get_or_init(|| {
+        let path = std::env::temp_dir().join(TEST_LOCK_FILE);
+        let mut open = std::fs::OpenOptions::new();
+        let file = open
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .or_else(|_| std::fs::File::open(&path))
+            .ok()?;
+        flock(&file, libc::LOCK_SH);
+        Some(file)
+    })
+    .as_ref()
+}
+
+/// `flock(2)` on `file`, again after a signal; a failure leaves the lock as
+/// it was (the tests then run as without it).
+fn flock(file: &std::fs::File, operation: libc::c_int) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this process keeps open.
+    while unsafe { libc::flock(file.as_raw_fd(), operation) } != 0
+        && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+    {}
+}
+
+/// The device held alone against other test processes: from [`Self::take`]
+/// until it is dropped, no other process that uses [`test_device`] starts
+/// a test on it, and this one waits until those running have ended. The
+/// other threads of this process are the test's to keep off (a lock of its
+/// own).
+pub struct DeviceAlone(());
+
+impl DeviceAlone {
+    /// Waits until no other test process holds the device, then holds it.
+    pub fn take() -> Self {
+        if let Some(file) = test_lock() {
+            flock(file, libc::LOCK_EX);
+        }
+        Self(())
+    }
+}
+
+impl Drop for DeviceAlone {
+    fn drop(&mut self) {
+        if let Some(file) = test_lock() {
+            flock(file, libc::LOCK_SH);
+        }
+    }
+}
+
 /// The device for a test: `None` (after printing `skipped: no CUDA device`)
-/// when there is none and `FVPOISSON_REQUIRE_GPU` is not 1.
+/// when there is none and `FVPOISSON_REQUIRE_GPU` is not 1. The process
+/// holds [`TEST_LOCK_FILE`] shared from here on.
 pub fn test_device() -> Option<Gpu> {
+    test_lock();
     match Gpu::new() {
         Ok(gpu) => Some(gpu),
         Err(e @ GpuError::NoDevice(_)) if !gpu_required() => {
@@ -2108,6 +2173,22 @@ pub fn test_device() -> Option<Gpu> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// While a test holds the device alone, another process's shared lock
+    /// on the test lock file (another open file, as another process has)
+    /// is refused; once it lets go, the shared lock is granted.
+    #[test]
+    fn a_device_held_alone_keeps_other_test_processes_waiting() {
+        use std::os::fd::AsRawFd;
+        let alone = DeviceAlone::take();
+        let other = std::fs::File::open(std::env::temp_dir().join(TEST_LOCK_FILE)).unwrap();
+        // SAFETY: flock on a descriptor this test keeps open.
+        let try_shared =
+            || unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+        assert!(!try_shared());
+        drop(alone);
+        assert!(try_shared());
+    }
 
     /// Every kernel name the host launches (a string literal after
     /// `launch(` or `kernel_limits(`/`allow_dynamic_shared(` in src/gpu) is
