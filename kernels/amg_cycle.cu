@@ -87,12 +87,27 @@ __global__ void amg_jacobi_csr(int n, const u64* __restrict__ row_ptr,
     x_new[i] = x[i] + scale[i] * (b[i] - ax);
 }
 
+// PCG's r . z of the z the cycle's last fine sweep wrote (r = the sweep's b,
+// `term` this row's r_i z_i rounded alone, 0 past n): the partials
+// cg_precondition stores from r and z, bit for bit (chunk_partials_of_block in
+// chunks of `chunk` rows, its block size), then with a ticket the last block's
+// finish_precondition of iteration j; gpu::smooth::LoopDot on the host. Every
+// thread of the block must call it.
+__device__ void sweep_rz_partials(int n, double term, int chunk, double* partials, double* st,
+                                  double* rec, int j, unsigned* ticket) {
+    const int m = (n + chunk - 1) / chunk;
+    chunk_partials_of_block(term, chunk, m, partials);
+    __syncthreads();  // every stored partial fenced before the ticket
+    if (ticket != nullptr && last_block(ticket)) finish_precondition(m, partials, 0, st, rec, j);
+}
+
 // Mixed precision, fine level: a Jacobi sweep on the f32 twin of the
 // mod-SELL matrix (one block per slice, blockDim = H, H floats of dynamic
 // shared memory), b = PCG's f64 residual rounded: x_new = x + scale (b - A x)
 // with A x as modsell_row_t (diagonal first, then the slots). x null: x = 0.
 // z non-null: the sweep's result is widened into z (the cycle's last sweep
-// writes the preconditioned residual) instead of x_new.
+// writes the preconditioned residual) instead of x_new; with rz_partials,
+// also PCG's r . z of it (sweep_rz_partials).
 extern "C" __global__ void amg_jacobi_modsell_f32(int n, const u64* __restrict__ slice_ptr,
                                                   const int* __restrict__ codes,
                                                   const float* __restrict__ vals,
@@ -101,21 +116,27 @@ extern "C" __global__ void amg_jacobi_modsell_f32(int n, const u64* __restrict__
                                                   const double* __restrict__ b,
                                                   const float* __restrict__ x,
                                                   float* __restrict__ x_new,
-                                                  double* __restrict__ z, const double* done) {
+                                                  double* __restrict__ z, double* rz_partials,
+                                                  int rz_chunk, double* st, double* rec, int j,
+                                                  unsigned* ticket, const double* done) {
     if (gated_off(done)) return;
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    float out;
+    const bool in = row < n;
+    float out = 0.0f;
     if (x == nullptr) {  // uniform: no block synchronises
-        if (row >= n) return;
-        out = scale[row] * (float)b[row];
+        if (in) out = scale[row] * (float)b[row];
     } else {
         float xr;
         const float ax = modsell_row_t<float>(n, slice_ptr, codes, vals, diag, x, &xr);
-        if (row >= n) return;
-        out = xr + scale[row] * ((float)b[row] - ax);
+        if (in) out = xr + scale[row] * ((float)b[row] - ax);
     }
-    if (z != nullptr) z[row] = (double)out;
-    else x_new[row] = out;
+    if (in) {
+        if (z != nullptr) z[row] = (double)out;
+        else x_new[row] = out;
+    }
+    if (rz_partials != nullptr)
+        sweep_rz_partials(n, in ? __dmul_rn(b[row], (double)out) : 0.0, rz_chunk, rz_partials,
+                          st, rec, j, ticket);
 }
 
 // r = b - A x on the mod-SELL fine level in precision T (one block per slice,
@@ -395,7 +416,8 @@ __global__ void amg_fine_residual_zero(int n, const u64* __restrict__ slice_ptr,
 // Fine level (mod-SELL), a Jacobi sweep from the fused iterate y
 // (SweepIterate: x null, s∘b; xc non-null, + θ P x_c): y + s (b - A y),
 // written in f64 into z when z is non-null (the cycle's last sweep, the
-// preconditioned residual), else into x_out.
+// preconditioned residual; with rz_partials, also PCG's r . z of it,
+// sweep_rz_partials), else into x_out.
 // kernel: amg_fine_jacobi_fused<double>,
 //         amg_fine_jacobi_fused_f32 = amg_fine_jacobi_fused<float>
 template <typename T>
@@ -406,16 +428,23 @@ __global__ void amg_fine_jacobi_fused(int n, const u64* __restrict__ slice_ptr,
                                       const unsigned* __restrict__ aggregate,
                                       const T* __restrict__ xc, double theta,
                                       T* __restrict__ x_out, double* __restrict__ z,
-                                      const double* done) {
+                                      double* rz_partials, int rz_chunk, double* st, double* rec,
+                                      int j, unsigned* ticket, const double* done) {
     if (gated_off(done)) return;
     const SweepIterate<T, double> f{scale, b, x, aggregate, xc, (T)theta};
     T xr;
     const T ax = modsell_row_fused<T>(n, slice_ptr, codes, vals, diag, f, &xr);
     const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row >= n) return;
-    const T out = xr + scale[row] * ((T)b[row] - ax);
-    if (z != nullptr) z[row] = (double)out;
-    else x_out[row] = out;
+    const bool in = row < n;
+    T out = T(0);
+    if (in) {
+        out = xr + scale[row] * ((T)b[row] - ax);
+        if (z != nullptr) z[row] = (double)out;
+        else x_out[row] = out;
+    }
+    if (rz_partials != nullptr)
+        sweep_rz_partials(n, in ? __dmul_rn(b[row], (double)out) : 0.0, rz_chunk, rz_partials,
+                          st, rec, j, ticket);
 }
 
 // Coarse level (CSR), a Jacobi sweep from the fused iterate y (SweepIterate:

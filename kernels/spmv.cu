@@ -62,6 +62,33 @@ __device__ void block_partials2(double a, double b, double* partials) {
     }
 }
 
+// The partials of one grid-wide sum as a chunked kernel of `chunk` threads a
+// block stores them (chunk_partials: chunk k holds rows [k chunk, (k + 1)
+// chunk)), from a kernel whose blocks of blockDim.x threads, one row a thread,
+// each hold blockDim.x / chunk whole chunks (blockDim.x a multiple of chunk,
+// chunk a multiple of 32): chunk g's sum is block_sum's over a block of
+// `chunk` threads, bit for bit (the same shuffle tree in every warp, then warp
+// g adds chunk g's warp sums as warp 0 adds a block's). Partials k >= m are not
+// stored; each stored one is fenced. Every thread of the block must call it.
+__device__ void chunk_partials_of_block(double v, int chunk, int m, double* partials) {
+    __shared__ double warp_sums[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    __syncthreads();  // an earlier call may still be reading warp_sums
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    const int per_chunk = chunk >> 5, chunks = blockDim.x / chunk;
+    if (warp < chunks) {
+        double t = lane < per_chunk ? warp_sums[warp * per_chunk + lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
+        const int k = blockIdx.x * chunks + warp;
+        if (lane == 0 && k < m) {
+            partials[k] = t;
+            __threadfence();
+        }
+    }
+}
+
 // Chunked vector kernels: a block of blockDim.x threads takes VECTOR_CHUNKS
 // chunks of blockDim.x rows in turn (chunk k = blockIdx.x * VECTOR_CHUNKS + c
 // holds rows [k blockDim.x, (k + 1) blockDim.x)) and stores one partial per

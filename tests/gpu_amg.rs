@@ -1005,3 +1005,132 @@ fn solve_with_runs_the_gpu_amg_like_the_cpu() {
         }
     }
 }
+
+/// A device preconditioner as `P` but without its own r · z: PCG's loop then
+/// takes r · z from `cg_precondition` (the trait's default
+/// `apply_gated_with_dot`).
+struct WithoutDot<P>(P);
+
+impl<P: DevicePreconditioner> DevicePreconditioner for WithoutDot<P> {
+    fn n(&self) -> usize {
+        self.0.n()
+    }
+    fn apply_with(
+        &self,
+        r: &cudarc::driver::CudaSlice<f64>,
+        z: &cudarc::driver::CudaSlice<f64>,
+        done: Option<&cudarc::driver::CudaSlice<f64>>,
+    ) -> Result<(), fvpoisson::gpu::GpuError> {
+        self.0.apply_with(r, z, done)
+    }
+    fn is_linear(&self) -> bool {
+        self.0.is_linear()
+    }
+}
+
+/// The mixed cycle's last fine sweep stores PCG's r · z partials with z
+/// (`apply_gated_with_dot`): they are the chunk sums of r_i z_i, and PCG
+/// takes the same iterations and the same bits of x with them as with
+/// `cg_precondition`'s, in every launch mode (separate, folded, graph), for
+/// the cycle with and without its fused sweeps. The f64 cycle leaves r · z
+/// to the loop.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn the_mixed_cycle_gives_pcg_the_bits_of_its_r_dot_z() {
+    use fvpoisson::gpu::pcg::LaunchMode;
+    use fvpoisson::gpu::smooth::LoopDot;
+    let Some(gpu) = test_device() else { return };
+    let controls = SolverControls {
+        tolerance: 0.0,
+        rel_tol: 1e-8,
+        max_iter: 1000,
+        min_iter: 0,
+    };
+    let mixed = AmgSettings {
+        precision: Precision::Mixed,
+        ..test_settings()
+    };
+    let fused = AmgSettings {
+        fused: true,
+        ..mixed
+    };
+    for s in systems()
+        .into_iter()
+        .filter(|s| !s.name.contains("Neumann"))
+    {
+        let (m, csr) = fine(&gpu, &s.a, 512);
+        let n = csr.n_rows();
+        // One application with the loop's buffers: the partials are r · z
+        // in chunks of 256 rows.
+        for (settings, takes) in [(mixed, true), (fused, true), (test_settings(), false)] {
+            let amg = DeviceAmg::new(&gpu, Rc::clone(&m), &settings).unwrap();
+            let r_host = random_vector(n, 7);
+            let r = gpu.upload(&r_host).unwrap();
+            let z = gpu.zeros::<f64>(n).unwrap();
+            let (state, records) = (gpu.zeros::<f64>(16).unwrap(), gpu.zeros::<f64>(64).unwrap());
+            let chunks = n.div_ceil(256);
+            let partials = gpu.upload(&vec![f64::NAN; chunks]).unwrap();
+            let dot = LoopDot {
+                state: &state,
+                records: &records,
+                partials: &partials,
+                chunk_rows: 256,
+                j: 0,
+                ticket: None,
+            };
+            let took = amg.apply_gated_with_dot(&r, &z, &dot).unwrap();
+            assert_eq!(took, takes, "{}: {settings}", s.name);
+            let z_host = gpu.download(&z).unwrap();
+            assert!(z_host.iter().any(|&v| v != 0.0), "{}: {settings}", s.name);
+            if !takes {
+                continue;
+            }
+            let got = gpu.download(&partials).unwrap();
+            for (k, g) in got.iter().enumerate() {
+                let rows = k * 256..((k + 1) * 256).min(n);
+                let terms = rows.map(|i| r_host[i] * z_host[i]);
+                let (sum, size) = terms.fold((0.0, 0.0), |(s, a), t: f64| (s + t, a + t.abs()));
+                assert!(
+                    (g - sum).abs() <= 1e-13 * size,
+                    "{}: {settings}: chunk {k}: {g} against {sum}",
+                    s.name
+                );
+            }
+        }
+        for settings in [mixed, fused] {
+            for mode in [LaunchMode::Separate, LaunchMode::Folded, LaunchMode::Graph] {
+                let run = |own_dot: bool| {
+                    let options = GpuSolveOptions::default();
+                    let mut backend = GpuCgBackend::new(&gpu, &csr, false, None, &options).unwrap();
+                    let amg = DeviceAmg::new(&gpu, backend.shared_matrix(), &settings).unwrap();
+                    match own_dot {
+                        true => backend.set_preconditioner(Box::new(amg)),
+                        false => backend.set_preconditioner(Box::new(WithoutDot(amg))),
+                    }
+                    backend.set_launch_mode(mode);
+                    let b = backend.upload(&s.b).unwrap();
+                    let mut x = backend.new_vector();
+                    let perf = pcg(&backend, &b, &mut x, &controls, "p").unwrap();
+                    (perf, backend.download(&x).unwrap())
+                };
+                let ((own, x_own), (loop_dot, x_loop)) = (run(true), run(false));
+                println!(
+                    "{:<44} {:<36} {mode:?}: {} / {} iterations",
+                    s.name,
+                    settings.describe(),
+                    own.iterations,
+                    loop_dot.iterations
+                );
+                assert_eq!(own, loop_dot, "{}: {settings}: {mode:?}", s.name);
+                assert!(
+                    x_own
+                        .iter()
+                        .zip(&x_loop)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{}: {settings}: {mode:?}: x differs",
+                    s.name
+                );
+            }
+        }
+    }
+}

@@ -7,7 +7,10 @@
 //! update, a mod-SELL SpMV with p · Ap, and an update of x, r (and z = D⁻¹ r
 //! for Jacobi) with Σ|r| and r · z. A device preconditioner instead starts
 //! each iteration: its kernels write z, then one kernel reduces r · z (and
-//! z · q for flexible PCG's β). The partial sums of the reductions are
+//! z · q for flexible PCG's β), or, where the preconditioner's last kernel
+//! stores r · z's partials with z (the mixed AMG cycle's last fine sweep:
+//! [`DevicePreconditioner::apply_gated_with_dot`]), none: the same partials,
+//! one pass over z and one launch fewer. The partial sums of the reductions are
 //! added in a fixed order and the stopping rule (`StopRule`) applied on the
 //! device, and the host reads the records back once every `check_interval`
 //! iterations. [`LaunchMode`] says how the kernels are launched:
@@ -58,7 +61,7 @@ use super::graphs::GraphCache;
 use super::ic::{DeviceIncompleteCholesky, IcKind};
 use super::levels::in_original_rows;
 use super::matrix::DeviceModSell;
-use super::smooth::DevicePreconditioner;
+use super::smooth::{DevicePreconditioner, LoopDot};
 use super::{arg_or_null, check_row_count, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
 use crate::solve::cpu::{check_system, openfoam_row_sums};
 use crate::solve::{
@@ -711,9 +714,27 @@ impl<'g> GpuCgBackend<'g> {
         for j in 0..count as i32 {
             if let Some(m) = device_preconditioner {
                 let z = v.z.dev()?;
-                m.apply_gated(r, z, &s.state)?;
                 let flexible_q = (!m.is_linear()).then_some(q);
-                self.launch_precondition(r, Some(z), true, flexible_q, s, Some((j, ticket)))?;
+                // r · z from the preconditioner's last kernel where it can
+                // (not with flexible PCG's z · q), else from cg_precondition.
+                let dot = LoopDot {
+                    state: &s.state,
+                    records: &s.records,
+                    partials: &s.vector_partials,
+                    chunk_rows: VECTOR_BLOCK as i32,
+                    j,
+                    ticket,
+                };
+                let with_dot = match flexible_q {
+                    None => m.apply_gated_with_dot(r, z, &dot)?,
+                    Some(_) => {
+                        m.apply_gated(r, z, &s.state)?;
+                        false
+                    }
+                };
+                if !with_dot {
+                    self.launch_precondition(r, Some(z), true, flexible_q, s, Some((j, ticket)))?;
+                }
                 if !folded {
                     let flexible = i32::from(flexible_q.is_some());
                     finish_vector("cg_finish_precondition", flexible, j)?;

@@ -82,6 +82,22 @@ pub trait DevicePreconditioner {
     ) -> Result<(), GpuError> {
         self.apply_with(r, z, Some(done))
     }
+    /// z = M⁻¹ r inside PCG's fused device loop (as [`Self::apply_gated`],
+    /// `dot.state` the stop flag) with the r · z partials that
+    /// `cg_precondition` would store from r and z, bit for bit, written by
+    /// the application's last kernel, and with `dot.ticket` its last block's
+    /// finish of iteration `dot.j`: one pass over z and a launch fewer per
+    /// iteration. `Ok(false)` where the preconditioner does not (z is applied
+    /// all the same; the loop then launches `cg_precondition`).
+    fn apply_gated_with_dot(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        dot: &LoopDot<'_>,
+    ) -> Result<bool, GpuError> {
+        self.apply_gated(r, z, dot.state)?;
+        Ok(false)
+    }
     /// Whether M⁻¹ is the same linear map at every application; if not, PCG
     /// runs flexible (`CgBackend::flexible_term`).
     fn is_linear(&self) -> bool;
@@ -102,6 +118,20 @@ pub trait DevicePreconditioner {
     }
 }
 
+/// Where PCG's fused loop takes r · z of iteration `j` from
+/// ([`DevicePreconditioner::apply_gated_with_dot`]): the loop's state (also
+/// its stop flag) and records, the partials of r · z in chunks of
+/// `chunk_rows` rows (`cg_precondition`'s block, [`super::VECTOR_BLOCK`]),
+/// and the ticket of a folded launch (none: the loop reduces them after).
+pub struct LoopDot<'a> {
+    pub state: &'a CudaSlice<f64>,
+    pub records: &'a CudaSlice<f64>,
+    pub partials: &'a CudaSlice<f64>,
+    pub chunk_rows: i32,
+    pub j: i32,
+    pub ticket: Option<&'a CudaSlice<u32>>,
+}
+
 /// A preconditioner kept by its owner between solves (e.g. an AMG hierarchy
 /// re-set-up in place for each new matrix) and lent to one PCG backend at a
 /// time.
@@ -116,6 +146,14 @@ impl<P: DevicePreconditioner + ?Sized> DevicePreconditioner for Rc<P> {
         done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
         (**self).apply_with(r, z, done)
+    }
+    fn apply_gated_with_dot(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        dot: &LoopDot<'_>,
+    ) -> Result<bool, GpuError> {
+        (**self).apply_gated_with_dot(r, z, dot)
     }
     fn is_linear(&self) -> bool {
         (**self).is_linear()

@@ -61,8 +61,8 @@ use cudarc::driver::{CudaSlice, CudaView, DeviceRepr, ValidAsZeroBits};
 use super::matrix::{f32_copy, f32_copy_into, DeviceModSell};
 use super::pcg::{DeviceSolve, GpuSolver};
 pub(super) use super::scan::{read_at, unzeroed, Scan};
-use super::smooth::DevicePreconditioner;
-use super::{arg_or_null, driver, vector_grid, DeferredRead, Gpu, GpuError, VECTOR_BLOCK};
+use super::smooth::{DevicePreconditioner, LoopDot};
+use super::{arg_or_null, driver, vector_grid, DeferredRead, Gpu, GpuError, NULL, VECTOR_BLOCK};
 use crate::solve::amg::{AmgSettings, AmgSmootherKind, CycleKind, Precision, MAX_DENSE_ROWS};
 use crate::solve::{Preconditioner, SolveError, SolverPerformance};
 use crate::sparse::Csr;
@@ -922,6 +922,18 @@ impl<'a> Phases<'a> {
 }
 
 impl<'g> DeviceAmg<'g> {
+    /// Whether [`DevicePreconditioner::apply_gated_with_dot`] takes PCG's
+    /// r · z from the last fine sweep: a mixed cycle of more than one level
+    /// whose fine slices hold whole chunks of `dot`'s rows.
+    fn takes_dot(&self, dot: &LoopDot<'_>) -> bool {
+        let chunk = dot.chunk_rows as usize;
+        matches!(self.arithmetic, Arithmetic::Mixed(_))
+            && self.levels[0].transfer.is_some()
+            && chunk > 0
+            && chunk.is_multiple_of(32)
+            && self.fine.slice_height.is_multiple_of(chunk)
+    }
+
     /// The hierarchy of `settings` for `fine` (the PCG's matrix, rows in the
     /// solve's order), set up on the device.
     pub fn new(
@@ -1543,6 +1555,29 @@ struct Run<'s, 'g, T> {
     amg: &'s DeviceAmg<'g>,
     c: &'s Cycle<T>,
     done: Option<&'s CudaSlice<f64>>,
+    /// PCG's r · z, taken by the last fine sweep (a mixed cycle of more than
+    /// one level whose slices hold whole chunks: [`DeviceAmg::takes_dot`]).
+    dot: Option<&'s LoopDot<'s>>,
+}
+
+/// The r · z arguments of the fine sweeps (`sweep_rz_partials`): `dot`'s
+/// where the sweep writes z and takes PCG's r · z, else a null partials
+/// pointer (and nulls and zeros for the rest).
+fn push_dot<'a>(a: &mut KernelArgs<'a>, dot: Option<&'a LoopDot<'a>>) {
+    match dot {
+        Some(d) => {
+            a.arg(d.partials)
+                .arg(&d.chunk_rows)
+                .arg(d.state)
+                .arg(d.records)
+                .arg(&d.j);
+            arg_or_null(a, d.ticket);
+        }
+        None => {
+            a.arg::<&u64>(&NULL).arg(&0i32).arg::<&u64>(&NULL);
+            a.arg::<&u64>(&NULL).arg(&0i32).arg::<&u64>(&NULL);
+        }
+    }
 }
 
 impl<T: Arith> Run<'_, '_, T> {
@@ -1575,8 +1610,10 @@ impl<T: Arith> Run<'_, '_, T> {
         let x = T::pick(self.c.fine_x.as_ref(), z);
         let next = &self.c.levels[1];
         let correction = amg.cycle.correction;
-        // A sweep into `to`, or (widen, f32) into z, widened.
+        // A sweep into `to`, or (widen, f32) into z, widened; the one that
+        // writes z takes PCG's r · z when the loop asked for it.
         let sweep = |from: SweepFrom<'_, T>, to: &CudaSlice<T>, widen: Option<&CudaSlice<f64>>| {
+            let dot = self.dot.filter(|_| widen.is_some());
             let Some(corrected) = from.fused() else {
                 return self.launch_fine(k.fine_jacobi, &n32, |a| {
                     a.arg(scale).arg(r);
@@ -1584,6 +1621,7 @@ impl<T: Arith> Run<'_, '_, T> {
                     a.arg(to);
                     if T::WIDENS {
                         arg_or_null(a, widen);
+                        push_dot(a, dot);
                     }
                 });
             };
@@ -1594,6 +1632,7 @@ impl<T: Arith> Run<'_, '_, T> {
                 arg_or_null(a, corrected.then_some(&next.x));
                 a.arg(&correction).arg(to);
                 arg_or_null(a, widen);
+                push_dot(a, dot);
             })
         };
         // The last post-sweep writes z (f32: widened from its result).
@@ -1926,9 +1965,49 @@ impl DevicePreconditioner for DeviceAmg<'_> {
         z: &CudaSlice<f64>,
         done: Option<&CudaSlice<f64>>,
     ) -> Result<(), GpuError> {
+        let dot = None;
         match &self.arithmetic {
-            Arithmetic::Double(c) => Run { amg: self, c, done }.fine(r, z),
-            Arithmetic::Mixed(c) => Run { amg: self, c, done }.fine(r, z),
+            Arithmetic::Double(c) => Run {
+                amg: self,
+                c,
+                done,
+                dot,
+            }
+            .fine(r, z),
+            Arithmetic::Mixed(c) => Run {
+                amg: self,
+                c,
+                done,
+                dot,
+            }
+            .fine(r, z),
+        }
+    }
+    /// The mixed cycle's last fine sweep writes z and stores r · z's
+    /// partials with it ([`Self::takes_dot`]); the f64 cycle's last sweep is
+    /// the smoothers' kernel, which does not.
+    fn apply_gated_with_dot(
+        &self,
+        r: &CudaSlice<f64>,
+        z: &CudaSlice<f64>,
+        dot: &LoopDot<'_>,
+    ) -> Result<bool, GpuError> {
+        match &self.arithmetic {
+            Arithmetic::Mixed(c) if self.takes_dot(dot) => {
+                let done = Some(dot.state);
+                Run {
+                    amg: self,
+                    c,
+                    done,
+                    dot: Some(dot),
+                }
+                .fine(r, z)?;
+                Ok(true)
+            }
+            _ => {
+                self.apply_gated(r, z, dot.state)?;
+                Ok(false)
+            }
         }
     }
     /// V- and W-cycles with Jacobi smoothers are fixed symmetric linear maps;
