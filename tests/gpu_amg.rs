@@ -422,12 +422,7 @@ fn the_mixed_cycle_moves_fewer_bytes() {
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn pcg_with_the_gpu_amg_takes_the_cpu_iterations() {
     let Some(gpu) = test_device() else { return };
-    let controls = SolverControls {
-        tolerance: 0.0,
-        rel_tol: 1e-8,
-        max_iter: 1000,
-        min_iter: 0,
-    };
+    let controls = pcg_controls();
     println!(
         "{:<44} {:<36} {:>7} {:>7} {:>7} {:>10} {:>10}",
         "system", "settings", "CPU it", "GPU it", "Jacobi", "GPU |r|/|b|", "x diff"
@@ -507,6 +502,16 @@ fn pcg_with_the_gpu_amg_takes_the_cpu_iterations() {
                 cpu.iterations
             );
         }
+    }
+}
+
+/// PCG to a relative 1e-8, as the comparisons with the CPU's PCG take it.
+fn pcg_controls() -> SolverControls {
+    SolverControls {
+        tolerance: 0.0,
+        rel_tol: 1e-8,
+        max_iter: 1000,
+        min_iter: 0,
     }
 }
 
@@ -952,12 +957,7 @@ fn unsupported_settings_are_clear_errors() {
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn solve_with_runs_the_gpu_amg_like_the_cpu() {
     let Some(gpu) = test_device() else { return };
-    let controls = SolverControls {
-        tolerance: 0.0,
-        rel_tol: 1e-8,
-        max_iter: 1000,
-        min_iter: 0,
-    };
+    let controls = pcg_controls();
     // Natural order on both sides, so that both build the same hierarchy.
     let options = GpuSolveOptions {
         ordering: RowOrdering::Natural,
@@ -1040,12 +1040,7 @@ fn the_mixed_cycle_gives_pcg_the_bits_of_its_r_dot_z() {
     use fvpoisson::gpu::pcg::LaunchMode;
     use fvpoisson::gpu::smooth::LoopDot;
     let Some(gpu) = test_device() else { return };
-    let controls = SolverControls {
-        tolerance: 0.0,
-        rel_tol: 1e-8,
-        max_iter: 1000,
-        min_iter: 0,
-    };
+    let controls = pcg_controls();
     let mixed = AmgSettings {
         precision: Precision::Mixed,
         ..test_settings()
