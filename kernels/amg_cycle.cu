@@ -97,7 +97,6 @@ __device__ void sweep_rz_partials(int n, double term, int chunk, double* partial
                                   double* rec, int j, unsigned* ticket) {
     const int m = (n + chunk - 1) / chunk;
     chunk_partials_of_block(term, chunk, m, partials);
-    __syncthreads();  // every stored partial fenced before the ticket
     if (ticket != nullptr && last_block(ticket)) finish_precondition(m, partials, 0, st, rec, j);
 }
 

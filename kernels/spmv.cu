@@ -68,10 +68,12 @@ __device__ void block_partials2(double a, double b, double* partials) {
 // each hold blockDim.x / chunk whole chunks (blockDim.x a multiple of chunk,
 // chunk a multiple of 32): chunk g's sum is block_sum's over a block of
 // `chunk` threads, bit for bit (the same shuffle tree in every warp, then warp
-// g adds chunk g's warp sums as warp 0 adds a block's). Partials k >= m are not
-// stored; each stored one is fenced. Every thread of the block must call it.
+// g adds chunk g's warp sums as warp 0 adds a block's). Thread 0 stores them,
+// as chunk_partials does (a ticket it takes next publishes them); partials
+// k >= m are not stored. Every thread of the block must call it.
 __device__ void chunk_partials_of_block(double v, int chunk, int m, double* partials) {
     __shared__ double warp_sums[32];
+    __shared__ double chunk_sums[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
     __syncthreads();  // an earlier call may still be reading warp_sums
@@ -81,11 +83,14 @@ __device__ void chunk_partials_of_block(double v, int chunk, int m, double* part
     if (warp < chunks) {
         double t = lane < per_chunk ? warp_sums[warp * per_chunk + lane] : 0.0;
         for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
-        const int k = blockIdx.x * chunks + warp;
-        if (lane == 0 && k < m) {
-            partials[k] = t;
-            __threadfence();
-        }
+        if (lane == 0) chunk_sums[warp] = t;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int g = 0; g < chunks; ++g) {
+        const int k = blockIdx.x * chunks + g;
+        if (k >= m) break;
+        partials[k] = chunk_sums[g];
     }
 }
 
