@@ -12,12 +12,14 @@ __device__ __forceinline__ int grid_warp() {
     return (int)((blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5);
 }
 
-// The sums of every v[k] over the block at once, one barrier pair for all:
-// each a fixed shuffle tree inside every warp, then over the warp sums (the
-// same bits run to run); valid in thread 0's v. blockDim.x must be a
-// multiple of 32 (at most 1024). Safe to call twice in a row.
+// The sums of every v[k] over each group of `group` threads of the block at
+// once, one barrier pair for all: a fixed shuffle tree inside every warp, then
+// warp g adds group g's warp sums with the same tree (the same bits run to
+// run); group g's sums are valid in lane 0 of warp g. blockDim.x must be a
+// multiple of group, group a multiple of 32 (at most 1024). Safe to call twice
+// in a row.
 template <int K>
-__device__ void block_sums(double (&v)[K]) {
+__device__ void group_sums(double (&v)[K], int group) {
     __shared__ double warp_sums[K][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int o = 16; o > 0; o >>= 1) {
@@ -30,14 +32,22 @@ __device__ void block_sums(double (&v)[K]) {
         for (int k = 0; k < K; ++k) warp_sums[k][warp] = v[k];
     }
     __syncthreads();
-    if (warp == 0) {
+    const int per_group = group >> 5;
+    if (warp * per_group < (int)(blockDim.x >> 5)) {  // warp g < the groups
 #pragma unroll
         for (int k = 0; k < K; ++k) {
-            double t = lane < (int)(blockDim.x >> 5) ? warp_sums[k][lane] : 0.0;
+            double t = lane < per_group ? warp_sums[k][warp * per_group + lane] : 0.0;
             for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
             v[k] = t;
         }
     }
+}
+
+// The sums of every v[k] over the block at once (group_sums of one group),
+// valid in thread 0's v.
+template <int K>
+__device__ void block_sums(double (&v)[K]) {
+    group_sums(v, (int)blockDim.x);
 }
 
 // Sum of v over the block, valid in thread 0 (block_sums of one value: warp 0
@@ -66,25 +76,17 @@ __device__ void block_partials2(double a, double b, double* partials) {
 // block stores them (chunk_partials: chunk k holds rows [k chunk, (k + 1)
 // chunk)), from a kernel whose blocks of blockDim.x threads, one row a thread,
 // each hold blockDim.x / chunk whole chunks (blockDim.x a multiple of chunk,
-// chunk a multiple of 32): chunk g's sum is block_sum's over a block of
-// `chunk` threads, bit for bit (the same shuffle tree in every warp, then warp
-// g adds chunk g's warp sums as warp 0 adds a block's). Thread 0 stores them,
-// as chunk_partials does (a ticket it takes next publishes them); partials
-// k >= m are not stored. Every thread of the block must call it.
+// chunk a multiple of 32): chunk g's sum is group_sums' over groups of `chunk`
+// threads, which is block_sum's over a block of `chunk` threads bit for bit.
+// Thread 0 stores them, as chunk_partials does (a ticket it takes next
+// publishes them); partials k >= m are not stored. Every thread of the block
+// must call it.
 __device__ void chunk_partials_of_block(double v, int chunk, int m, double* partials) {
-    __shared__ double warp_sums[32];
     __shared__ double chunk_sums[32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    __syncthreads();  // an earlier call may still be reading warp_sums
-    if (lane == 0) warp_sums[warp] = v;
-    __syncthreads();
-    const int per_chunk = chunk >> 5, chunks = blockDim.x / chunk;
-    if (warp < chunks) {
-        double t = lane < per_chunk ? warp_sums[warp * per_chunk + lane] : 0.0;
-        for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffffu, t, o);
-        if (lane == 0) chunk_sums[warp] = t;
-    }
+    double one[1] = {v};
+    group_sums(one, chunk);
+    const int warp = threadIdx.x >> 5, chunks = blockDim.x / chunk;
+    if ((threadIdx.x & 31) == 0 && warp < chunks) chunk_sums[warp] = one[0];
     __syncthreads();
     if (threadIdx.x != 0) return;
     for (int g = 0; g < chunks; ++g) {
