@@ -62,14 +62,17 @@ __device__ bool dense_has_failed(const int* failed, int* shared_word) {
 // dense_symmetric_inverse in one launch: dense (may be w), singular, factor,
 // w, failed (0 on entry) and inverse as the launch per step takes them;
 // barrier: 2 words, zeroed. No __restrict__: a step reads what another
-// block wrote in an earlier step (no read-only cache path).
+// block wrote in an earlier step (no read-only cache path). With `refined`
+// (amg_dense_refine.cu's state, or null) saying the refined inverse was
+// accepted, every block returns at once.
 extern "C" __global__ void amg_dense_inverse_fused(int n, const double* dense,
                                                    const double* singular, double* factor,
                                                    double* w, int* failed, double* inverse,
-                                                   unsigned* barrier) {
+                                                   unsigned* barrier, const int* refined) {
     __shared__ double t0[DENSE_PANEL][DENSE_PANEL + 1];
     __shared__ double t1[DENSE_PANEL][DENSE_PANEL + 1];
     __shared__ int bad, word;
+    if (refined != nullptr && refined[1] == 1) return;
     const u64 nn = (u64)n * n;
     const u64 stride = (u64)gridDim.x * blockDim.x;
     const u64 first = blockIdx.x * (u64)blockDim.x + threadIdx.x;

@@ -87,31 +87,45 @@ extern "C" __global__ void amg_dense_trinv_update(int n, int p, int col_tiles,
     dense_trinv_update_block(n, p, col_tiles, l, w, blockIdx.x, li, wp);
 }
 
+// acc[m] += sum_{k_begin <= k < n} A[i0 + ty + 8 m][k] B[k][j0 + tx] for one
+// 32 x 32 output tile (tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+// blockDim.x = 256, each thread a column, every 8th row), k in chunks of 32
+// staged in shared memory: at(k, c) = A[i0 + c][k] and bt(k, c) = B[k][j0 +
+// c], each 0 outside the matrix (rows k < n are asked for only).
+template <typename AT, typename BT>
+__device__ void dense_tile_product(int n, int k_begin, const AT& at, const BT& bt, DenseTile* sa,
+                                   DenseTile* sb, double (&acc)[4]) {
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    for (int k0 = k_begin; k0 < n; k0 += 32) {
+        for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {
+            const int kk = e >> 5, c = e & 31;
+            const bool in = k0 + kk < n;
+            sa[kk][c] = in ? at(k0 + kk, c) : 0.0;
+            sb[kk][c] = in ? bt(k0 + kk, c) : 0.0;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < 32; ++kk) {
+            const double b = sb[kk][tx];
+#pragma unroll
+            for (int m = 0; m < 4; ++m) acc[m] += sa[kk][ty + 8 * m] * b;
+        }
+        __syncthreads();
+    }
+}
+
 // inv[i][j] = sum_{k >= max(i, j)} W[k][i] W[k][j] (= (W^T W)_ij = A^-1),
 // 32 x 32 output tiles (block vb: column tile vb % t, row tile vb / t, t =
-// ceil(n / 32)), k in chunks of 32 staged in shared memory; blockDim.x = 256
-// (each thread a column, every 8th row).
+// ceil(n / 32)) by dense_tile_product; blockDim.x = 256.
 __device__ void dense_wtw_block(int n, const double* w, double* inv, int vb, DenseTile* wi,
                                 DenseTile* wj) {
     const int t = (n + 31) / 32;
     const int i0 = 32 * (vb / t), j0 = 32 * (vb % t);
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    for (int k0 = max(i0, j0); k0 < n; k0 += 32) {
-        for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {
-            const int kk = e >> 5, c = e & 31;
-            const bool in = k0 + kk < n;
-            wi[kk][c] = in && i0 + c < n ? w[(u64)(k0 + kk) * n + i0 + c] : 0.0;
-            wj[kk][c] = in && j0 + c < n ? w[(u64)(k0 + kk) * n + j0 + c] : 0.0;
-        }
-        __syncthreads();
-        for (int kk = 0; kk < 32; ++kk) {
-            const double b = wj[kk][tx];
-#pragma unroll
-            for (int m = 0; m < 4; ++m) acc[m] += wi[kk][ty + 8 * m] * b;
-        }
-        __syncthreads();
-    }
+    dense_tile_product(
+        n, max(i0, j0),
+        [&](int k, int c) { return i0 + c < n ? w[(u64)k * n + i0 + c] : 0.0; },
+        [&](int k, int c) { return j0 + c < n ? w[(u64)k * n + j0 + c] : 0.0; }, wi, wj, acc);
     const int j = j0 + tx;
     if (j >= n) return;
 #pragma unroll

@@ -646,6 +646,7 @@ const FLOW_KERNELS: &[&str] = &[
     "amg.cu",
     "amg_inverse.cu",
     "amg_dense_fused.cu",
+    "amg_dense_refine.cu",
     "amg_cycle.cu",
     "polynomial.cu",
 ];
@@ -658,6 +659,7 @@ const AMG_KERNELS: &[&str] = &[
     "amg.cu",
     "amg_inverse.cu",
     "amg_dense_fused.cu",
+    "amg_dense_refine.cu",
     "amg_cycle.cu",
 ];
 

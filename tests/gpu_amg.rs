@@ -588,6 +588,95 @@ fn value_update_equals_a_fresh_setup() {
     }
 }
 
+/// `a` with its diagonal scaled by 1 + eps u_i (u_i in [0, 1)): a time
+/// step's small change of the matrix, the same pattern.
+fn nudged_values(a: &Csr, eps: f64, seed: u64) -> Csr {
+    let mut rng = SplitMix(seed);
+    let mut out = a.clone();
+    for r in 0..a.n_rows() {
+        let slot = a.slot(r, r).expect("a stored diagonal");
+        out.values_mut()[slot] *= 1.0 + eps * rng.next_f64();
+    }
+    out
+}
+
+/// A value update close to the last one refines the coarsest inverse
+/// (`refineCoarsest`, the default): over four updates of small changes every
+/// inverse is accepted from the refinement, and the cycle equals, to
+/// rounding, that of the same hierarchy whose updates factor the coarsest
+/// matrix (coarsest levels of up to 40 and up to 700 rows). A large change
+/// (`new_values`), and a singular coarsest matrix, are factored: then the
+/// cycles are the same bits.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn a_small_value_update_refines_the_coarsest_inverse() {
+    let Some(gpu) = test_device() else { return };
+    println!("{:<44} {:>9} {:>16}", "system", "coarsest", "vs factored");
+    for s in systems() {
+        let singular = s.name.contains("Neumann");
+        for coarsest_rows in [40, 700] {
+            let settings = AmgSettings {
+                coarsest_rows,
+                ..test_settings()
+            };
+            assert!(settings.refine_coarsest, "the default");
+            let factoring = AmgSettings {
+                refine_coarsest: false,
+                ..settings
+            };
+            let (m, csr) = fine(&gpu, &s.a, 512);
+            let mut refined = DeviceAmg::new(&gpu, Rc::clone(&m), &settings).unwrap();
+            let mut factored = DeviceAmg::new(&gpu, m, &factoring).unwrap();
+            let n = csr.n_rows();
+            let r = gpu.upload(&random_vector(n, 6)).unwrap();
+            let z = [0, 1].map(|_| gpu.zeros::<f64>(n).unwrap());
+            let cycles = |refined: &DeviceAmg, factored: &DeviceAmg| {
+                refined.apply(&r, &z[0]).unwrap();
+                factored.apply(&r, &z[1]).unwrap();
+                (gpu.download(&z[0]).unwrap(), gpu.download(&z[1]).unwrap())
+            };
+            let mut a = s.a.clone();
+            let mut worst = 0.0f64;
+            for step in 1..=4 {
+                // A singular matrix keeps its values (a nudge would make it
+                // regular): refused by the refinement, factored.
+                if !singular {
+                    a = nudged_values(&a, 1e-4, step);
+                }
+                let (m2, _) = fine(&gpu, &a, 512);
+                refined.update_values(Rc::clone(&m2)).unwrap();
+                factored.update_values(m2).unwrap();
+                let what = format!("{}, coarsest {coarsest_rows}, update {step}", s.name);
+                assert_eq!(refined.coarsest_refined().unwrap(), !singular, "{what}");
+                assert!(!factored.coarsest_refined().unwrap(), "{what}");
+                let (x, y) = cycles(&refined, &factored);
+                if singular {
+                    assert_eq!(x, y, "{what}: a factored update's bits");
+                }
+                worst = worst.max(max_rel_diff(&x, &y));
+            }
+            let rows = *refined.level_rows().last().unwrap();
+            println!("{:<44} {rows:>9} {worst:>16.1e}", s.name);
+            assert!(
+                worst <= 1e-10,
+                "{}, coarsest {coarsest_rows}: the refined cycle differs by {worst:.1e}",
+                s.name
+            );
+            // Values far from the last: factored, the same bits.
+            let (m3, _) = fine(&gpu, &new_values(&a, 5), 512);
+            refined.update_values(Rc::clone(&m3)).unwrap();
+            factored.update_values(m3).unwrap();
+            assert!(
+                !refined.coarsest_refined().unwrap(),
+                "{}: a large change",
+                s.name
+            );
+            let (x, y) = cycles(&refined, &factored);
+            assert_eq!(x, y, "{}: after a large change", s.name);
+        }
+    }
+}
+
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn a_cuda_graph_captures_the_cycle() {

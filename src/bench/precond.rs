@@ -332,7 +332,7 @@ const WARM_UP_CASE: &str = "box:16x16x16";
 
 /// The kernel sources the table's rows launch from (their modules compile
 /// and load at once, on threads of their own).
-const TABLE_KERNEL_SOURCES: [&str; 15] = [
+const TABLE_KERNEL_SOURCES: [&str; 16] = [
     "spmv.cu",
     "pcg.cu",
     "assembly.cu",
@@ -345,6 +345,7 @@ const TABLE_KERNEL_SOURCES: [&str; 15] = [
     "amg.cu",
     "amg_inverse.cu",
     "amg_dense_fused.cu",
+    "amg_dense_refine.cu",
     "amg_cycle.cu",
     "block_ic.cu",
     "eisenstat.cu",

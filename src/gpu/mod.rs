@@ -126,7 +126,8 @@ macro_rules! kernel_source {
 /// to compile than the others is split (`amg.cu`, `amg_inverse.cu` and
 /// `amg_cycle.cu`; `krylov.cu` and `bicgstab.cu`; the coarsest inverse's one
 /// cooperative launch, `amg_dense_fused.cu`, is apart from its per-step
-/// kernels). Every `extern "C" __global__ void NAME(` is a kernel, and so
+/// kernels, and so is its refinement after a value update,
+/// `amg_dense_refine.cu`). Every `extern "C" __global__ void NAME(` is a kernel, and so
 /// is every instance that a kernel template's [`TEMPLATE_MARK`] line lists
 /// ([`kernel_declarations`]).
 const KERNEL_SOURCES: &[KernelSource] = &[
@@ -142,6 +143,7 @@ const KERNEL_SOURCES: &[KernelSource] = &[
     kernel_source!("amg.cu" needs ["spmv.cu"]),
     kernel_source!("amg_inverse.cu" needs ["spmv.cu", "amg.cu"]),
     kernel_source!("amg_dense_fused.cu" needs ["spmv.cu", "amg.cu", "amg_inverse.cu"]),
+    kernel_source!("amg_dense_refine.cu" needs ["spmv.cu", "pcg.cu", "amg.cu", "amg_inverse.cu"]),
     kernel_source!("amg_cycle.cu" needs ["spmv.cu", "pcg.cu", "smooth.cu"]),
     kernel_source!("ilu.cu" needs ["spmv.cu", "smooth.cu"]),
     kernel_source!("krylov.cu" needs ["spmv.cu", "pcg.cu"]),

@@ -573,6 +573,7 @@ const AMG_KEYS: &[&str] = &[
     "nPreSweeps",
     "nPostSweeps",
     "nCellsInCoarsestLevel",
+    "refineCoarsest",
     "sweeps",
     "coarsestRows",
     "passes",
@@ -599,11 +600,11 @@ const AMG_KEYS: &[&str] = &[
     "coarsestLevelCorr",
 ];
 /// The GAMG keys AMG accepts and ignores: the tail of [`AMG_KEYS`].
-const AMG_IGNORED_KEYS: &[&str] = AMG_KEYS.split_at(15).1;
+const AMG_IGNORED_KEYS: &[&str] = AMG_KEYS.split_at(16).1;
 /// AMG's own keys, which OpenFOAM's GAMG does not have (`sweeps` to
 /// `fused` in [`AMG_KEYS`]): given, the GPU runs the AMG as given rather
 /// than [`GAMG_ON_GPU`].
-const AMG_GPU_KEYS: &[&str] = AMG_KEYS.split_at(15).0.split_at(5).1;
+const AMG_GPU_KEYS: &[&str] = AMG_KEYS.split_at(16).0.split_at(6).1;
 
 /// ILU(k): the folder's parser (`ilu::fill_level_from_keys`).
 fn ilu_from_keys(name: &str, keys: &KeyValues) -> Result<Preconditioner, String> {
@@ -1200,6 +1201,11 @@ mod tests {
             (CycleKind::V, Precision::Mixed, 2, 0.9, 3)
         );
         assert_eq!(mapped("GAMG", true), None);
+        let Some(("GAMG", Preconditioner::Amg(s))) = mapped("GAMG:refineCoarsest=false", false)
+        else {
+            panic!("GAMG maps to AMG");
+        };
+        assert_eq!((s.cycle, s.refine_coarsest), (CycleKind::V, false));
         // Neither GMRES / BiCGStab nor the others have GPU defaults.
         let dic = parse_spec("DIC").unwrap();
         assert_eq!(gpu_default(&dic, Role::Krylov, false), None);
@@ -1231,6 +1237,11 @@ mod tests {
             ("cacheAgglomeration", "true"),
         ]);
         assert!(!explicit_gpu_keys("GAMG", &openfoam));
+        // How the coarsest inverse is updated keeps the GPU's tuned cycle.
+        assert!(!explicit_gpu_keys(
+            "GAMG",
+            &keys(&[("refineCoarsest", "false")])
+        ));
         for key in ["cycle", "precision", "passes", "omega", "Passes"] {
             assert!(explicit_gpu_keys("GAMG", &keys(&[(key, "1")])), "{key}");
         }

@@ -765,10 +765,15 @@ struct CoarsestWork {
     scratch: CudaSlice<f64>,
     /// The grid barrier of the one-launch factorisation (2 words).
     barrier: CudaSlice<u32>,
+    /// Value updates refine the previous inverse
+    /// ([`AmgSettings::refine_coarsest`]).
+    refine: bool,
+    /// Its buffers, allocated at the first value update that refines.
+    refinement: Option<CoarsestRefinement>,
 }
 
 impl CoarsestWork {
-    fn new(gpu: &Gpu, n: usize) -> Result<Self, GpuError> {
+    fn new(gpu: &Gpu, n: usize, refine: bool) -> Result<Self, GpuError> {
         Ok(Self {
             sums: gpu.zeros(n)?,
             diag: gpu.zeros(n)?,
@@ -776,6 +781,101 @@ impl CoarsestWork {
             factor: gpu.zeros(n * n)?,
             scratch: gpu.zeros(n * n)?,
             barrier: gpu.zeros(2)?,
+            refine,
+            refinement: None,
+        })
+    }
+}
+
+/// Residual launches of a refinement at most: from a residual of
+/// `REFINE_START` (0.5, kernels/amg_dense_refine.cu) the sixth (0.5³²) is
+/// below `REFINE_ACCEPT`.
+const REFINE_STEPS: usize = 6;
+
+/// The buffers of the coarsest inverse's Newton–Schulz refinement
+/// (kernels/amg_dense_refine.cu): after a value update, E_k = I − M X_k and
+/// X_{k+1} = X_k + X_k E_k from the previous inverse X_0, decided on the
+/// device (accepted, or the factorisation runs as at the set-up).
+struct CoarsestRefinement {
+    /// The iterates X_k of odd k (the even ones are the inverse itself).
+    iterate: CudaSlice<f64>,
+    /// E_k.
+    residual: CudaSlice<f64>,
+    /// Per block of a residual launch, its sum of E_k's squares.
+    partials: CudaSlice<f64>,
+    /// The residual launch's ticket (its last block decides).
+    ticket: CudaSlice<u32>,
+    /// [updates that run, verdict (0 iterating, 1 accepted, 2 rejected)].
+    state: CudaSlice<i32>,
+}
+
+impl CoarsestRefinement {
+    fn new(gpu: &Gpu, n: usize) -> Result<Self, GpuError> {
+        let tiles = n.div_ceil(32);
+        Ok(Self {
+            iterate: gpu.zeros(n * n)?,
+            residual: gpu.zeros(n * n)?,
+            partials: gpu.zeros(tiles * tiles)?,
+            ticket: gpu.zeros(1)?,
+            state: gpu.zeros(2)?,
+        })
+    }
+
+    /// The refinement's launches for the symmetric `m` (the matrix the
+    /// factorisation would factor, not singular; a singular one is rejected
+    /// on the device) from the previous inverse in `inverse`, which holds
+    /// the accepted one after them: [`REFINE_STEPS`] residuals and updates
+    /// (those after a verdict return at once), then the copy of an iterate
+    /// that ended in `iterate`.
+    fn launch(
+        &self,
+        gpu: &Gpu,
+        n: usize,
+        m: &CudaSlice<f64>,
+        singular: &CudaSlice<f64>,
+        inverse: &CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        let n32 = n as i32;
+        let tiles = n.div_ceil(32);
+        let last = (REFINE_STEPS - 1) as i32;
+        for k in 0..REFINE_STEPS {
+            let k32 = k as i32;
+            let (x, next) = if k % 2 == 0 {
+                (inverse, &self.iterate)
+            } else {
+                (&self.iterate, inverse)
+            };
+            dense_step(gpu, "amg_dense_refine_residual", tiles * tiles, |args| {
+                args.arg(&n32)
+                    .arg(&k32)
+                    .arg(&last)
+                    .arg(m)
+                    .arg(x)
+                    .arg(singular)
+                    .arg(&self.residual)
+                    .arg(&self.partials)
+                    .arg(&self.ticket)
+                    .arg(&self.state);
+            })?;
+            dense_step(
+                gpu,
+                "amg_dense_refine_update",
+                tiles * (tiles + 1) / 2,
+                |args| {
+                    args.arg(&n32)
+                        .arg(&k32)
+                        .arg(x)
+                        .arg(&self.residual)
+                        .arg(next)
+                        .arg(&self.state);
+                },
+            )?;
+        }
+        gpu.launch_vector("amg_dense_refine_copy", n * n, |args| {
+            args.arg(&n32)
+                .arg(&self.iterate)
+                .arg(inverse)
+                .arg(&self.state);
         })
     }
 }
@@ -1045,7 +1145,7 @@ impl<'g> DeviceAmg<'g> {
         let mut amg = Self {
             gpu,
             coarsest_inverse: gpu.zeros(n_last * n_last)?,
-            coarsest_work: CoarsestWork::new(gpu, n_last)?,
+            coarsest_work: CoarsestWork::new(gpu, n_last, settings.refine_coarsest)?,
             status: gpu.zeros(levels.len())?,
             status_read: DeferredRead::new(gpu, levels.len())?,
             fine,
@@ -1063,7 +1163,7 @@ impl<'g> DeviceAmg<'g> {
             stop_reason,
             graph_key: super::unique_buffers_id(),
         };
-        amg.smoothers_and_coarsest()?;
+        amg.smoothers_and_coarsest(false)?;
         amg.check_status()?;
         phases.mark(|| "smoothers + coarsest operator".into())?;
         amg.arithmetic = match cycle.precision {
@@ -1126,10 +1226,11 @@ impl<'g> DeviceAmg<'g> {
     }
 
     /// Smoother scales on every level but the coarsest, and the coarsest
-    /// level's dense operator: launches only, their failures recorded in
+    /// level's dense operator (refined from the previous one where `update`
+    /// and the settings allow): launches only, their failures recorded in
     /// `status` ([`Self::check_status`] or [`Self::deferred_status`] reads
     /// them).
-    fn smoothers_and_coarsest(&mut self) -> Result<(), GpuError> {
+    fn smoothers_and_coarsest(&mut self, update: bool) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let last = self.levels.len() - 1;
         let last32 = last as i32;
@@ -1157,7 +1258,7 @@ impl<'g> DeviceAmg<'g> {
                 args.arg(&bad_l);
             })?;
         }
-        self.coarsest_operator()
+        self.coarsest_operator(update)
     }
 
     /// Reads the status words back (the one synchronising read of the
@@ -1178,6 +1279,16 @@ impl<'g> DeviceAmg<'g> {
         match self.status_read.take()? {
             Some(status) => self.status_error(&status),
             None => Ok(()),
+        }
+    }
+
+    /// Whether the last value update's coarsest inverse came from refining
+    /// the previous one ([`AmgSettings::refine_coarsest`]) rather than from
+    /// the factorisation (reads two words back: for checks and logs).
+    pub fn coarsest_refined(&self) -> Result<bool, GpuError> {
+        match &self.coarsest_work.refinement {
+            Some(r) => Ok(self.gpu.download(&r.state)?[1] == 1),
+            None => Ok(false),
         }
     }
 
@@ -1222,8 +1333,12 @@ impl<'g> DeviceAmg<'g> {
     /// `CoarsestSolver::inverse` defines it, formed on the device with
     /// nothing read back: the matrix that `CoarsestSolver` factors
     /// (scattered, and its singularity test — `amg_dense_singular` makes the
-    /// host's test in its order), then [`dense_symmetric_inverse`].
-    fn coarsest_operator(&mut self) -> Result<(), GpuError> {
+    /// host's test in its order), then [`dense_symmetric_inverse`]. A value
+    /// `update` with [`AmgSettings::refine_coarsest`] first queues the
+    /// refinement of the inverse it replaces ([`CoarsestRefinement`]), and
+    /// the one-launch factorisation returns at once where that was accepted
+    /// (the launch per step has no such test, so it always factors).
+    fn coarsest_operator(&mut self, update: bool) -> Result<(), GpuError> {
         let gpu = self.gpu;
         let last = self.levels.len() - 1;
         let a = &self.levels[last].a;
@@ -1250,6 +1365,22 @@ impl<'g> DeviceAmg<'g> {
             a.push_args(args);
             args.arg(&w.scratch);
         })?;
+        let refine = update && w.refine && dense_one_launch(gpu).is_some();
+        if refine {
+            if w.refinement.is_none() {
+                w.refinement = Some(CoarsestRefinement::new(gpu, n)?);
+            }
+            let refinement = w.refinement.as_ref().expect("allocated above");
+            // M = (A_L + A_Lᵀ) / 2 in `factor`, as the factorisation forms it
+            // (and forms again from `scratch` if the refinement is rejected).
+            gpu.launch_vector("amg_dense_symmetrise", n * n, |args| {
+                args.arg(&n32)
+                    .arg(&w.scratch)
+                    .arg(&w.singular)
+                    .arg(&w.factor);
+            })?;
+            refinement.launch(gpu, n, &w.factor, &w.singular, &self.coarsest_inverse)?;
+        }
         let failed = self.status.slice(last..last + 1);
         dense_symmetric_inverse(
             gpu,
@@ -1262,6 +1393,7 @@ impl<'g> DeviceAmg<'g> {
                 failed: &failed,
                 inverse: &self.coarsest_inverse,
                 barrier: &mut w.barrier,
+                refined: w.refinement.as_ref().filter(|_| refine).map(|r| &r.state),
             },
         )
     }
@@ -1365,7 +1497,7 @@ impl<'g> DeviceAmg<'g> {
             }
         }
         phases.mark(|| "Galerkin values".into())?;
-        self.smoothers_and_coarsest()?;
+        self.smoothers_and_coarsest(true)?;
         phases.mark(|| "smoothers + coarsest operator".into())?;
         match &mut self.arithmetic {
             Arithmetic::Double(c) => c.round_fine(gpu, &self.fine)?,
@@ -2077,6 +2209,10 @@ pub(super) struct DenseInverseBuffers<'a> {
     /// Work: the grid barrier of the one-launch factorisation (2 words,
     /// zeroed here before the launch).
     pub barrier: &'a mut CudaSlice<u32>,
+    /// The state of a refinement queued before ([`CoarsestRefinement`]):
+    /// the one-launch factorisation returns at once where it accepted its
+    /// inverse. `None`: always factor.
+    pub refined: Option<&'a CudaSlice<i32>>,
 }
 
 /// The buffers of one dense inverse of an n × n matrix of its own (the
@@ -2118,6 +2254,7 @@ impl DenseInverseWork {
             failed: &failed,
             inverse: &self.inverse,
             barrier: &mut self.barrier,
+            refined: None,
         })
     }
 }
@@ -2157,12 +2294,17 @@ pub(super) fn dense_symmetric_inverse(
     n: usize,
     buffers: DenseInverseBuffers<'_>,
 ) -> Result<(), GpuError> {
-    match gpu.cooperative_blocks() {
-        Some(blocks) if !dense_launch_per_step() => {
-            dense_symmetric_inverse_fused(gpu, n, buffers, blocks)
-        }
-        _ => dense_symmetric_inverse_steps(gpu, n, buffers),
+    match dense_one_launch(gpu) {
+        Some(blocks) => dense_symmetric_inverse_fused(gpu, n, buffers, blocks),
+        None => dense_symmetric_inverse_steps(gpu, n, buffers),
     }
+}
+
+/// The blocks of [`dense_symmetric_inverse`]'s one cooperative launch, or
+/// `None` where it runs a launch per step.
+fn dense_one_launch(gpu: &Gpu) -> Option<u32> {
+    gpu.cooperative_blocks()
+        .filter(|_| !dense_launch_per_step())
 }
 
 /// At most this many blocks for the one-launch inverse
@@ -2203,6 +2345,7 @@ fn dense_symmetric_inverse_fused(
             .arg(buffers.failed)
             .arg(buffers.inverse)
             .arg(&*buffers.barrier);
+        arg_or_null(args, buffers.refined);
     })
 }
 
@@ -2232,6 +2375,7 @@ fn dense_symmetric_inverse_steps(
         failed,
         inverse,
         barrier: _,
+        refined: _,
     } = buffers;
     let n32 = n as i32;
     gpu.launch_vector("amg_dense_symmetrise", n * n, |args| {

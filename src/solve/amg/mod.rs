@@ -161,6 +161,13 @@ pub struct AmgSettings {
     /// restriction; prolongation + correction + post-sweep): the same
     /// arithmetic with fewer passes over the vectors. The CPU ignores it.
     pub fused: bool,
+    /// GPU: after a value update, refine the previous coarsest inverse by
+    /// Newton–Schulz steps (a few tiled products) instead of factoring the
+    /// coarsest matrix again, falling back to the factorisation on the
+    /// device when the matrix moved too far (docs/src/amg.md). The inverse
+    /// then equals a fresh set-up's to rounding, not bit for bit. The CPU
+    /// ignores it.
+    pub refine_coarsest: bool,
 }
 
 /// Largest coarsest matrix factored densely (n² doubles, n³/3 flops).
@@ -181,6 +188,7 @@ impl Default for AmgSettings {
             over_correction: 1.5,
             precision: Precision::Double,
             fused: false,
+            refine_coarsest: true,
         }
     }
 }
@@ -234,7 +242,7 @@ impl AmgSettings {
     /// `smoother`, `sweeps` (`nSweeps`; OpenFOAM's `nPreSweeps` and
     /// `nPostSweeps` too: the cycle is symmetric, so both set the same
     /// count), `omega`, `overCorrection`, `precision` (double, mixed),
-    /// `fused` (true, false).
+    /// `fused` (true, false), `refineCoarsest` (true, false).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         fn count(key: &str, value: &str) -> Result<usize, String> {
             parse_value(format_args!("AMG {key}"), value, "a whole number")
@@ -257,11 +265,17 @@ impl AmgSettings {
                 self.fused = parse_switch(&value.to_ascii_lowercase())
                     .ok_or_else(|| format!("AMG fused must be true or false, got '{value}'"))?
             }
+            "refinecoarsest" => {
+                self.refine_coarsest =
+                    parse_switch(&value.to_ascii_lowercase()).ok_or_else(|| {
+                        format!("AMG refineCoarsest must be true or false, got '{value}'")
+                    })?
+            }
             _ => {
                 return Err(format!(
                     "unknown AMG parameter '{key}' (passes, matchingRounds, maxLevels, \
                      coarsestRows, cycle, smoother, sweeps, omega, overCorrection, precision, \
-                     fused)"
+                     fused, refineCoarsest)"
                 ))
             }
         }
@@ -293,6 +307,9 @@ impl AmgSettings {
         }
         if self.fused {
             s += ", fused";
+        }
+        if !self.refine_coarsest {
+            s += ", coarsest factored at every update";
         }
         s + ")"
     }

@@ -622,8 +622,15 @@ fn precision_is_a_setting() {
     assert_eq!(AmgSettings::default().precision, Precision::Double);
     let f: AmgSettings = "amg:fused=true".parse().unwrap();
     assert!(f.fused && f.describe().contains("fused"));
+    assert!(AmgSettings::default().refine_coarsest);
+    let r: AmgSettings = "amg:refineCoarsest=false".parse().unwrap();
+    assert!(!r.refine_coarsest && r.describe().contains("coarsest factored"));
     crate::test_support::assert_parse_refused::<AmgSettings>(&[
         ("amg:fused=maybe", "true or false"),
+        (
+            "amg:refineCoarsest=1e3",
+            "refineCoarsest must be true or false",
+        ),
         ("amg:precision=half", "double, mixed"),
     ]);
 }
