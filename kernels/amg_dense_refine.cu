@@ -12,10 +12,16 @@
 // updates that run (update k runs when k < go); state[1] = the verdict: 0
 // iterating, 1 accepted (the refined inverse replaces the factorisation,
 // which then returns at once), 2 rejected (the factorisation runs as
-// before). Residual k, from the Frobenius norm d_k of E_k:
+// before); state[2] = the residuals that ran. Residual k, from the
+// Frobenius norm d_k of E_k (norms[k]):
 // - d_k > REFINE_START (or not a number), or M singular: rejected;
 // - d_k <= REFINE_ACCEPT: accepted after update k (its X_{k+1} has a residual
-//   of about d_k^2, below the rounding of the inverse itself);
+//   of about d_k^2 = 1e-8, or the rounding floor);
+// - d_k > d_{k-1} / 4, at most REFINE_FLOOR: X_k accepted. The iteration
+//   stalls at the rounding floor of an entrywise rounded inverse, about eps
+//   |M| |X| ~ eps cond(M) (1e-5 on a pressure problem's coarsest level at
+//   cond 1e11); that is the order of the factored inverse's forward error
+//   too, though its residual is smaller (it is backward stable);
 // - else update k runs and residual k + 1 follows; residual `last` rejects.
 // The Frobenius norm bounds the spectral one, so d_0 <= REFINE_START < 1
 // makes the iteration converge, and proves M positive definite as the
@@ -26,17 +32,20 @@
 // Host side: src/solve/amg/cuda.rs (CoarsestRefinement).
 
 #define REFINE_START 0.5
-#define REFINE_ACCEPT 1e-7
+#define REFINE_ACCEPT 1e-4
+#define REFINE_FLOOR 1e-3
 
 // E_k = I - M X_k in 32 x 32 tiles (block b: row tile b / t, column tile
 // b % t, t = ceil(n / 32); 256 threads), M and X_k exactly symmetric (row
 // i0 + c of M read as its column); each block's sum of E's squares in
 // partials, and the last block (ticket) sets state from their sum, in a
-// fixed order. A residual after a verdict returns at once.
+// fixed order, and records d_k in norms[k]. A residual after a verdict
+// returns at once.
 extern "C" __global__ void amg_dense_refine_residual(int n, int k, int last, const double* m,
                                                      const double* x, const double* singular,
                                                      double* e, double* partials,
-                                                     unsigned* ticket, int* state) {
+                                                     unsigned* ticket, int* state,
+                                                     double* norms) {
     __shared__ double sa[DENSE_PANEL][DENSE_PANEL + 1];
     __shared__ double sb[DENSE_PANEL][DENSE_PANEL + 1];
     if (k > 0 && state[1] != 0) return;
@@ -44,6 +53,8 @@ extern "C" __global__ void amg_dense_refine_residual(int n, int k, int last, con
         if (blockIdx.x == 0 && threadIdx.x == 0) {
             state[0] = 0;
             state[1] = 2;
+            state[2] = 1;
+            norms[0] = -1.0;  // the log's mark of a singular matrix
         }
         return;
     }
@@ -70,12 +81,23 @@ extern "C" __global__ void amg_dense_refine_residual(int n, int k, int last, con
     if (!last_block(ticket)) return;
     const double d = sqrt(reduce_fixed(gridDim.x, partials));
     if (threadIdx.x != 0) return;
-    int verdict = 0;
-    if (!(d <= REFINE_START)) verdict = 2;
-    else if (d <= REFINE_ACCEPT) verdict = 1;
-    else if (k >= last) verdict = 2;
-    state[0] = verdict == 2 ? k : k + 1;
+    norms[k] = d;
+    int verdict = 0, go = k + 1;
+    if (!(d <= REFINE_START)) {
+        verdict = 2;
+        go = k;
+    } else if (d <= REFINE_ACCEPT) {
+        verdict = 1;
+    } else if (k > 0 && d > 0.25 * norms[k - 1] && d <= REFINE_FLOOR) {
+        verdict = 1;  // X_k, at the floor: no update k
+        go = k;
+    } else if (k >= last) {
+        verdict = 2;
+        go = k;
+    }
+    state[0] = go;
     state[1] = verdict;
+    state[2] = k + 1;
 }
 
 // X_{k+1} = X_k + X_k E_k when k < state[0]: the upper triangle's 32 x 32

@@ -600,20 +600,43 @@ fn nudged_values(a: &Csr, eps: f64, seed: u64) -> Csr {
     out
 }
 
+/// `a` scaled by 1 + eps: a change that keeps a nearly singular matrix's
+/// near null space.
+fn scaled_values(a: &Csr, eps: f64) -> Csr {
+    let mut out = a.clone();
+    out.values_mut().iter_mut().for_each(|v| *v *= 1.0 + eps);
+    out
+}
+
 /// A value update close to the last one refines the coarsest inverse
 /// (`refineCoarsest`, the default): over four updates of small changes every
 /// inverse is accepted from the refinement, and the cycle equals, to
 /// rounding, that of the same hierarchy whose updates factor the coarsest
-/// matrix (coarsest levels of up to 40 and up to 700 rows). A large change
-/// (`new_values`), and a singular coarsest matrix, are factored: then the
-/// cycles are the same bits.
+/// matrix (coarsest levels of up to 40 and up to 700 rows). On an
+/// all-Neumann matrix made regular by one reference cell (the diagonal of
+/// row 0 raised by 1e-7 of itself: condition near 1e11, as a pressure
+/// problem's) the refinement stops at its rounding floor, and the cycles
+/// differ by that floor's order, at most the 1e-3 the refinement accepts. A
+/// large change (`new_values`), and a singular coarsest matrix, are
+/// factored: then the cycles are the same bits.
 #[test]
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn a_small_value_update_refines_the_coarsest_inverse() {
     let Some(gpu) = test_device() else { return };
     println!("{:<44} {:>9} {:>16}", "system", "coarsest", "vs factored");
-    for s in systems() {
-        let singular = s.name.contains("Neumann");
+    let mut all = systems();
+    let (a, _) = poisson_system("box:12x12x12").unwrap();
+    let mut reference = neumann(&a);
+    let slot = reference.slot(0, 0).unwrap();
+    reference.values_mut()[slot] *= 1.0 + 1e-7;
+    all.push(System {
+        name: "box:12x12x12 one reference cell".into(),
+        b: random_vector(reference.n_rows(), 3),
+        a: reference,
+    });
+    for s in all {
+        let singular = s.name.contains("all-Neumann");
+        let ill_conditioned = s.name.contains("reference cell");
         for coarsest_rows in [40, 700] {
             let settings = AmgSettings {
                 coarsest_rows,
@@ -640,7 +663,9 @@ fn a_small_value_update_refines_the_coarsest_inverse() {
             for step in 1..=4 {
                 // A singular matrix keeps its values (a nudge would make it
                 // regular): refused by the refinement, factored.
-                if !singular {
+                if ill_conditioned {
+                    a = scaled_values(&a, 1e-4);
+                } else if !singular {
                     a = nudged_values(&a, 1e-4, step);
                 }
                 let (m2, _) = fine(&gpu, &a, 512);
@@ -657,8 +682,9 @@ fn a_small_value_update_refines_the_coarsest_inverse() {
             }
             let rows = *refined.level_rows().last().unwrap();
             println!("{:<44} {rows:>9} {worst:>16.1e}", s.name);
+            let bound = if ill_conditioned { 1e-3 } else { 1e-10 };
             assert!(
-                worst <= 1e-10,
+                worst <= bound,
                 "{}, coarsest {coarsest_rows}: the refined cycle differs by {worst:.1e}",
                 s.name
             );

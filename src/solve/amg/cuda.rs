@@ -789,7 +789,7 @@ impl CoarsestWork {
 
 /// Residual launches of a refinement at most: from a residual of
 /// `REFINE_START` (0.5, kernels/amg_dense_refine.cu) the sixth (0.5³²) is
-/// below `REFINE_ACCEPT`.
+/// far below `REFINE_ACCEPT` (1e-4).
 const REFINE_STEPS: usize = 6;
 
 /// The buffers of the coarsest inverse's Newton–Schulz refinement
@@ -805,8 +805,11 @@ struct CoarsestRefinement {
     partials: CudaSlice<f64>,
     /// The residual launch's ticket (its last block decides).
     ticket: CudaSlice<u32>,
-    /// [updates that run, verdict (0 iterating, 1 accepted, 2 rejected)].
+    /// [updates that run, verdict (0 iterating, 1 accepted, 2 rejected),
+    /// residuals that ran].
     state: CudaSlice<i32>,
+    /// ‖E_k‖_F of each residual that ran (for the debug log).
+    norms: CudaSlice<f64>,
 }
 
 impl CoarsestRefinement {
@@ -817,7 +820,8 @@ impl CoarsestRefinement {
             residual: gpu.zeros(n * n)?,
             partials: gpu.zeros(tiles * tiles)?,
             ticket: gpu.zeros(1)?,
-            state: gpu.zeros(2)?,
+            state: gpu.zeros(3)?,
+            norms: gpu.zeros(REFINE_STEPS)?,
         })
     }
 
@@ -855,7 +859,8 @@ impl CoarsestRefinement {
                     .arg(&self.residual)
                     .arg(&self.partials)
                     .arg(&self.ticket)
-                    .arg(&self.state);
+                    .arg(&self.state)
+                    .arg(&self.norms);
             })?;
             dense_step(
                 gpu,
@@ -1277,9 +1282,32 @@ impl<'g> DeviceAmg<'g> {
     /// `Ok`.
     pub fn deferred_status(&self) -> Result<(), GpuError> {
         match self.status_read.take()? {
-            Some(status) => self.status_error(&status),
+            Some(status) => {
+                if log::log_enabled!(log::Level::Debug) {
+                    self.log_refinement()?;
+                }
+                self.status_error(&status)
+            }
             None => Ok(()),
         }
+    }
+
+    /// The debug log's line on the last update's coarsest inverse: refined
+    /// (the residual norms ‖I − M X_k‖_F) or factored (reads back).
+    fn log_refinement(&self) -> Result<(), GpuError> {
+        let Some(r) = &self.coarsest_work.refinement else {
+            return Ok(());
+        };
+        let state = self.gpu.download(&r.state)?;
+        let norms = self.gpu.download(&r.norms)?;
+        let ran = (state[2].max(0) as usize).min(REFINE_STEPS);
+        let norms: Vec<String> = norms[..ran].iter().map(|d| format!("{d:.2e}")).collect();
+        log::debug!(
+            "AMG coarsest inverse {} (‖I − M X_k‖_F: {})",
+            if state[1] == 1 { "refined" } else { "factored" },
+            norms.join(", ")
+        );
+        Ok(())
     }
 
     /// Whether the last value update's coarsest inverse came from refining
