@@ -611,7 +611,7 @@ fn scaled_values(a: &Csr, eps: f64) -> Csr {
 /// A value update close to the last one refines the coarsest inverse
 /// (`refineCoarsest`, the default): over four updates of small changes every
 /// inverse is accepted from the refinement, and the cycle equals, to
-/// rounding, that of the same hierarchy whose updates factor the coarsest
+/// 1e-8, that of the same hierarchy whose updates factor the coarsest
 /// matrix (coarsest levels of up to 40 and up to 700 rows). On an
 /// all-Neumann matrix made regular by one reference cell (the diagonal of
 /// row 0 raised by 1e-7 of itself: condition near 1e11, as a pressure
@@ -682,7 +682,10 @@ fn a_small_value_update_refines_the_coarsest_inverse() {
             }
             let rows = *refined.level_rows().last().unwrap();
             println!("{:<44} {rows:>9} {worst:>16.1e}", s.name);
-            let bound = if ill_conditioned { 1e-3 } else { 1e-10 };
+            // Accepted at a residual of 1e-4, the refined inverse is within
+            // 1e-8 of M^-1 relative (a squared residual), or at the rounding
+            // floor, at most 1e-3.
+            let bound = if ill_conditioned { 1e-3 } else { 1e-8 };
             assert!(
                 worst <= bound,
                 "{}, coarsest {coarsest_rows}: the refined cycle differs by {worst:.1e}",

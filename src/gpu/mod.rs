@@ -1213,21 +1213,39 @@ impl Gpu {
     pub fn new_stream(&self) -> Result<Arc<CudaStream>, GpuError> {
         driver("cuStreamCreate", self.ctx.new_stream())
     }
+    /// Returns the allocation pool's idle memory (reserved, not in use) to
+    /// the driver; nothing on a device without pools.
+    fn release_pool_memory(&self) -> Result<(), GpuError> {
+        let Some(pool) = allocation_pool(&self.ctx)? else {
+            return Ok(());
+        };
+        // SAFETY: a live pool; the trim releases only memory no allocation
+        // holds.
+        let r = unsafe { sys::cuMemPoolTrimTo(pool, 0) };
+        driver("cuMemPoolTrimTo", r.result())
+    }
+
+    /// Bytes the allocation pool keeps reserved without an allocation in
+    /// them (freed by this process, kept for its next allocations:
+    /// [`keep_freed_memory`]); 0 on a device without pools.
+    pub fn pool_idle_memory(&self) -> Result<usize, GpuError> {
+        use sys::CUmemPool_attribute::{
+            CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+        };
+        let Some(pool) = allocation_pool(&self.ctx)? else {
+            return Ok(0);
+        };
+        let reserved = pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?;
+        let used = pool_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?;
+        Ok(reserved.saturating_sub(used) as usize)
+    }
+
     /// (free, total) device memory in bytes. Free counts the memory this
     /// process's pool holds without an array in it ([`keep_freed_memory`]):
     /// its allocations take that first, so free is what they can still get.
     pub fn memory(&self) -> Result<(usize, usize), GpuError> {
-        use sys::CUmemPool_attribute::{
-            CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
-        };
         let (free, total) = driver("cuMemGetInfo", self.ctx.mem_get_info())?;
-        let Some(pool) = allocation_pool(&self.ctx)? else {
-            return Ok((free, total));
-        };
-        let reserved = pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)?;
-        let used = pool_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?;
-        let idle = reserved.saturating_sub(used) as usize;
-        Ok(((free + idle).min(total), total))
+        Ok(((free + self.pool_idle_memory()?).min(total), total))
     }
 
     /// Launches `kernel` with the arguments `push` adds, checking the launch.
@@ -1802,7 +1820,12 @@ impl Gpu {
     }
 
     /// Checks the result of an allocating call; out of memory becomes
-    /// [`GpuError::OutOfMemory`] with the device's free and total memory.
+    /// [`GpuError::OutOfMemory`] with the device's free and total memory,
+    /// and the pool's idle memory goes back to the driver first
+    /// ([`keep_freed_memory`] keeps it otherwise): what a failed attempt
+    /// reserved, and what this process freed earlier, must not stay out of
+    /// reach of the work that follows the error (a smaller attempt, another
+    /// process on the device).
     fn allocation<T>(
         &self,
         call: &'static str,
@@ -1812,6 +1835,9 @@ impl Gpu {
         use cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY;
         match r {
             Err(e) if e.0 == CUDA_ERROR_OUT_OF_MEMORY => {
+                if let Err(trim) = self.release_pool_memory() {
+                    log::debug!("returning the pool's idle memory after {e}: {trim}");
+                }
                 let (free, total) = self.memory().unwrap_or((0, 0));
                 Err(GpuError::OutOfMemory { bytes, free, total })
             }

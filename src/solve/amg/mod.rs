@@ -165,7 +165,8 @@ pub struct AmgSettings {
     /// Newton–Schulz steps (a few tiled products) instead of factoring the
     /// coarsest matrix again, falling back to the factorisation on the
     /// device when the matrix moved too far (docs/src/amg.md). The inverse
-    /// then equals a fresh set-up's to rounding, not bit for bit. The CPU
+    /// then equals a fresh set-up's to 1e-8 relative (or to the rounding of
+    /// an ill-conditioned matrix's inverse), not bit for bit. The CPU
     /// ignores it.
     pub refine_coarsest: bool,
 }
