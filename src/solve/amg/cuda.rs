@@ -1295,16 +1295,14 @@ impl<'g> DeviceAmg<'g> {
     /// The debug log's line on the last update's coarsest inverse: refined
     /// (the residual norms ‖I − M X_k‖_F) or factored (reads back).
     fn log_refinement(&self) -> Result<(), GpuError> {
-        let Some(r) = &self.coarsest_work.refinement else {
+        if self.coarsest_work.refinement.is_none() {
             return Ok(());
-        };
-        let state = self.gpu.download(&r.state)?;
-        let norms = self.gpu.download(&r.norms)?;
-        let ran = (state[2].max(0) as usize).min(REFINE_STEPS);
-        let norms: Vec<String> = norms[..ran].iter().map(|d| format!("{d:.2e}")).collect();
+        }
+        let (refined, norms) = self.coarsest_refinement()?;
+        let norms: Vec<String> = norms.iter().map(|d| format!("{d:.2e}")).collect();
         log::debug!(
             "AMG coarsest inverse {} (‖I − M X_k‖_F: {})",
-            if state[1] == 1 { "refined" } else { "factored" },
+            if refined { "refined" } else { "factored" },
             norms.join(", ")
         );
         Ok(())
@@ -1312,12 +1310,17 @@ impl<'g> DeviceAmg<'g> {
 
     /// Whether the last value update's coarsest inverse came from refining
     /// the previous one ([`AmgSettings::refine_coarsest`]) rather than from
-    /// the factorisation (reads two words back: for checks and logs).
-    pub fn coarsest_refined(&self) -> Result<bool, GpuError> {
-        match &self.coarsest_work.refinement {
-            Some(r) => Ok(self.gpu.download(&r.state)?[1] == 1),
-            None => Ok(false),
-        }
+    /// the factorisation, and the residual norms ‖I − M X_k‖_F of its
+    /// refinement (reads them back: for checks and logs; `(false, [])`
+    /// when no update refined yet).
+    pub fn coarsest_refinement(&self) -> Result<(bool, Vec<f64>), GpuError> {
+        let Some(r) = &self.coarsest_work.refinement else {
+            return Ok((false, Vec::new()));
+        };
+        let state = self.gpu.download(&r.state)?;
+        let mut norms = self.gpu.download(&r.norms)?;
+        norms.truncate((state[2].max(0) as usize).min(REFINE_STEPS));
+        Ok((state[1] == 1, norms))
     }
 
     /// Whether a deferred value update's status is still unread.
