@@ -36,11 +36,10 @@
 #define REFINE_FLOOR 1e-3
 
 // E_k = I - M X_k in 32 x 32 tiles (block b: row tile b / t, column tile
-// b % t, t = ceil(n / 32); 256 threads), M and X_k exactly symmetric (row
-// i0 + c of M read as its column); each block's sum of E's squares in
-// partials, and the last block (ticket) sets state from their sum, in a
-// fixed order, and records d_k in norms[k]. A residual after a verdict
-// returns at once.
+// b % t, t = ceil(n / 32); 256 threads), M X_k as M^T X_k (M is exactly
+// symmetric); each block's sum of E's squares in partials, and the last
+// block (ticket) sets state from their sum, in a fixed order, and records
+// d_k in norms[k]. A residual after a verdict returns at once.
 extern "C" __global__ void amg_dense_refine_residual(int n, int k, int last, const double* m,
                                                      const double* x, const double* singular,
                                                      double* e, double* partials,
@@ -62,9 +61,7 @@ extern "C" __global__ void amg_dense_refine_residual(int n, int k, int last, con
     const int i0 = 32 * (blockIdx.x / t), j0 = 32 * (blockIdx.x % t);
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    dense_tile_product(
-        n, 0, [&](int r, int c) { return i0 + c < n ? m[(u64)r * n + i0 + c] : 0.0; },
-        [&](int r, int c) { return j0 + c < n ? x[(u64)r * n + j0 + c] : 0.0; }, sa, sb, acc);
+    dense_tile_product(n, 0, i0, j0, m, x, sa, sb, acc);
     const int j = j0 + tx;
     double squares = 0.0;
 #pragma unroll
@@ -102,8 +99,9 @@ extern "C" __global__ void amg_dense_refine_residual(int n, int k, int last, con
 
 // X_{k+1} = X_k + X_k E_k when k < state[0]: the upper triangle's 32 x 32
 // tiles (block b the b-th of row tile by row tile, t (t + 1) / 2 of them),
-// each entry (i <= j) written at (i, j) and (j, i), so X_{k+1} is exactly
-// symmetric like X_k (X_k E_k = X_k - X_k M X_k is symmetric).
+// X_k E_k as X_k^T E_k, each entry (i <= j) written at (i, j) and (j, i),
+// so X_{k+1} is exactly symmetric like X_k (X_k E_k = X_k - X_k M X_k is
+// symmetric).
 extern "C" __global__ void amg_dense_refine_update(int n, int k, const double* x, const double* e,
                                                    double* x_next, const int* state) {
     __shared__ double sa[DENSE_PANEL][DENSE_PANEL + 1];
@@ -118,9 +116,7 @@ extern "C" __global__ void amg_dense_refine_update(int n, int k, const double* x
     const int i0 = 32 * ti, j0 = 32 * (ti + r);
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    dense_tile_product(
-        n, 0, [&](int s, int c) { return i0 + c < n ? x[(u64)s * n + i0 + c] : 0.0; },
-        [&](int s, int c) { return j0 + c < n ? e[(u64)s * n + j0 + c] : 0.0; }, sa, sb, acc);
+    dense_tile_product(n, 0, i0, j0, x, e, sa, sb, acc);
     const int j = j0 + tx;
     if (j >= n) return;
 #pragma unroll

@@ -87,27 +87,28 @@ extern "C" __global__ void amg_dense_trinv_update(int n, int p, int col_tiles,
     dense_trinv_update_block(n, p, col_tiles, l, w, blockIdx.x, li, wp);
 }
 
-// acc[m] += sum_{k_begin <= k < n} A[i0 + ty + 8 m][k] B[k][j0 + tx] for one
-// 32 x 32 output tile (tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-// blockDim.x = 256, each thread a column, every 8th row), k in chunks of 32
-// staged in shared memory: at(k, c) = A[i0 + c][k] and bt(k, c) = B[k][j0 +
-// c], each 0 outside the matrix (rows k < n are asked for only).
-template <typename AT, typename BT>
-__device__ void dense_tile_product(int n, int k_begin, const AT& at, const BT& bt, DenseTile* sa,
-                                   DenseTile* sb, double (&acc)[4]) {
+// acc[m] += sum_{k_begin <= k < n} a[k][i0 + ty + 8 m] b[k][j0 + tx], the
+// 32 x 32 tile at (i0, j0) of A^T B for the row-major n x n a and b (tx =
+// threadIdx.x & 31, ty = threadIdx.x >> 5; blockDim.x = 256, each thread a
+// column, every 8th row), k in chunks of 32 staged in shared memory, rows
+// and columns past n read as 0.
+__device__ void dense_tile_product(int n, int k_begin, int i0, int j0, const double* a,
+                                   const double* b, DenseTile* sa, DenseTile* sb,
+                                   double (&acc)[4]) {
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     for (int k0 = k_begin; k0 < n; k0 += 32) {
         for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {
             const int kk = e >> 5, c = e & 31;
             const bool in = k0 + kk < n;
-            sa[kk][c] = in ? at(k0 + kk, c) : 0.0;
-            sb[kk][c] = in ? bt(k0 + kk, c) : 0.0;
+            const u64 row = (u64)(k0 + kk) * n;
+            sa[kk][c] = in && i0 + c < n ? a[row + i0 + c] : 0.0;
+            sb[kk][c] = in && j0 + c < n ? b[row + j0 + c] : 0.0;
         }
         __syncthreads();
         for (int kk = 0; kk < 32; ++kk) {
-            const double b = sb[kk][tx];
+            const double v = sb[kk][tx];
 #pragma unroll
-            for (int m = 0; m < 4; ++m) acc[m] += sa[kk][ty + 8 * m] * b;
+            for (int m = 0; m < 4; ++m) acc[m] += sa[kk][ty + 8 * m] * v;
         }
         __syncthreads();
     }
@@ -122,10 +123,7 @@ __device__ void dense_wtw_block(int n, const double* w, double* inv, int vb, Den
     const int i0 = 32 * (vb / t), j0 = 32 * (vb % t);
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
-    dense_tile_product(
-        n, max(i0, j0),
-        [&](int k, int c) { return i0 + c < n ? w[(u64)k * n + i0 + c] : 0.0; },
-        [&](int k, int c) { return j0 + c < n ? w[(u64)k * n + j0 + c] : 0.0; }, wi, wj, acc);
+    dense_tile_product(n, max(i0, j0), i0, j0, w, w, wi, wj, acc);
     const int j = j0 + tx;
     if (j >= n) return;
 #pragma unroll
