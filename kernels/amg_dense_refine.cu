@@ -12,27 +12,32 @@
 // updates that run (update k runs when k < go); state[1] = the verdict: 0
 // iterating, 1 accepted (the refined inverse replaces the factorisation,
 // which then returns at once), 2 rejected (the factorisation runs as
-// before); state[2] = the residuals that ran. Residual k, from the
-// Frobenius norm d_k of E_k (norms[k]):
+// before); state[2] = the residuals that ran. Residual k, from the Frobenius
+// norm d_k of E_k (norms[k]), judges X_k, so that only a residual measured
+// on the very iterate accepts it:
 // - d_k > REFINE_START (or not a number), or M singular: rejected;
-// - d_k <= REFINE_ACCEPT: accepted after update k (its X_{k+1} has a residual
-//   of about d_k^2 = 1e-8, or the rounding floor);
-// - d_k > d_{k-1} / 4, at most REFINE_FLOOR: X_k accepted. The iteration
-//   stalls at the rounding floor of an entrywise rounded inverse, about eps
-//   |M| |X| ~ eps cond(M) (1e-5 on a pressure problem's coarsest level at
-//   cond 1e11); that is the order of the factored inverse's forward error
-//   too, though its residual is smaller (it is backward stable);
+// - d_k <= REFINE_ACCEPT: X_k accepted (X_0, the previous inverse, when the
+//   matrix hardly changed);
+// - k > 0 and d_k > d_{k-1} / 4, at most REFINE_FLOOR: X_k accepted. The
+//   iteration stalls at the rounding floor of an entrywise rounded inverse,
+//   about eps |M| |X| ~ eps cond(M) (2e-5 on the coarsest level of a 200^3
+//   pressure problem with one reference cell); that is the order of the
+//   factored inverse's forward error too, though its residual is smaller
+//   (it is backward stable). Near that floor E_k is mostly rounding, and X_k
+//   E_k, mirrored from its upper triangle, need not lower the residual: a
+//   residual that grows past REFINE_START then rejects;
 // - else update k runs and residual k + 1 follows; residual `last` rejects.
 // The Frobenius norm bounds the spectral one, so d_0 <= REFINE_START < 1
-// makes the iteration converge, and proves M positive definite as the
-// factorisation would: X_0 (the previous inverse) is positive definite, and
-// M X_0 = I - E_0 has its eigenvalues within d_0 of 1, so M's inertia is
-// X_0^-1's. A time step that changes the matrix by a relative 1e-3 starts
-// near d_0 = 1e-3 sqrt(n).
+// makes the iteration converge in exact arithmetic, and an accepted d_k < 1
+// proves M positive definite as the factorisation would: X_k is symmetric
+// and M X_k = I - E_k has its eigenvalues within d_k of 1, so M's inertia is
+// X_k^-1's, and X_k is positive definite (X_0 is; X_{k+1} = X_k (2 I - M
+// X_k) keeps it so while d_k < 1). A time step that changes the matrix by a
+// relative 1e-3 starts near d_0 = 1e-3 sqrt(n).
 // Host side: src/solve/amg/cuda.rs (CoarsestRefinement).
 
 #define REFINE_START 0.5
-#define REFINE_ACCEPT 1e-4
+#define REFINE_ACCEPT 1e-8
 #define REFINE_FLOOR 1e-3
 
 // E_k = I - M X_k in 32 x 32 tiles (block b: row tile b / t, column tile
@@ -79,20 +84,13 @@ extern "C" __global__ void amg_dense_refine_residual(int n, int k, int last, con
     const double d = sqrt(reduce_fixed(gridDim.x, partials));
     if (threadIdx.x != 0) return;
     norms[k] = d;
-    int verdict = 0, go = k + 1;
-    if (!(d <= REFINE_START)) {
-        verdict = 2;
-        go = k;
-    } else if (d <= REFINE_ACCEPT) {
-        verdict = 1;
-    } else if (k > 0 && d > 0.25 * norms[k - 1] && d <= REFINE_FLOOR) {
-        verdict = 1;  // X_k, at the floor: no update k
-        go = k;
-    } else if (k >= last) {
-        verdict = 2;
-        go = k;
-    }
-    state[0] = go;
+    int verdict = 0;
+    if (!(d <= REFINE_START)) verdict = 2;
+    else if (d <= REFINE_ACCEPT) verdict = 1;
+    else if (k > 0 && d > 0.25 * norms[k - 1] && d <= REFINE_FLOOR) verdict = 1;
+    else if (k >= last) verdict = 2;
+    // X_k is the last iterate either way: update k runs only to go on.
+    state[0] = verdict == 0 ? k + 1 : k;
     state[1] = verdict;
     state[2] = k + 1;
 }

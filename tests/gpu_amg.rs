@@ -689,9 +689,9 @@ fn a_small_value_update_refines_the_coarsest_inverse() {
             }
             let rows = *refined.level_rows().last().unwrap();
             println!("{:<44} {rows:>9} {worst:>16.1e}", s.name);
-            // Accepted at a residual of 1e-4, the refined inverse is within
-            // 1e-8 of M^-1 relative (a squared residual), or at the rounding
-            // floor, at most 1e-3.
+            // Accepted at a measured residual of 1e-8, the refined inverse is
+            // within 1e-8 of M^-1 relative, or at the rounding floor, at most
+            // 1e-3.
             let bound = if ill_conditioned { 1e-3 } else { 1e-8 };
             assert!(
                 worst <= bound,

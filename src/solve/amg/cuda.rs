@@ -789,7 +789,7 @@ impl CoarsestWork {
 
 /// Residual launches of a refinement at most: from a residual of
 /// `REFINE_START` (0.5, kernels/amg_dense_refine.cu) the sixth (0.5³²) is
-/// far below `REFINE_ACCEPT` (1e-4).
+/// below `REFINE_ACCEPT` (1e-8).
 const REFINE_STEPS: usize = 6;
 
 /// The buffers of the coarsest inverse's Newton–Schulz refinement
