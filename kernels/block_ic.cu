@@ -135,9 +135,23 @@ extern "C" __global__ void block_ic_factor(int n, const u64* __restrict__ slice_
 // upper slots descending. IC(0): y = (r - sum l y_col) / l_tt forward,
 // z = (y - sum l_it z_i, upper slots descending) / l_tt backward.
 // Both instances take the trailing `done` gate of PCG's fused loop.
+//
+// A thread holds BLOCK_IC_SWEEP_ROWS rows of the h-row slice (local rows t,
+// t + blockDim.x, ...) and loads their slots together. A level holds a few
+// dozen of a block's rows, so with one thread per row most threads waited at
+// every level's barrier; the slices resident on a multiprocessor were bound
+// by threads (512 per slice) and shared memory. Half the threads, the local
+// columns in 16 bits and the values in T keep more slices' levels and loads
+// in flight: 8-11 % off block-IC's PCG solve at 8 M rows (docs/src/
+// measurements.md, "block-IC's sweep"). Each row's operations and their order
+// are those of one thread per row, so the bits are too. Shared memory:
+// [w: h doubles][coef: h*mnz T][nbr: h*mnz unsigned shorts]
+// (block_ic_sweep_shared_bytes in src/solve/block_jacobi/cuda.rs); h is a
+// multiple of 32 (mod-SELL), the guards on t < h keep any block size safe.
+#define BLOCK_IC_SWEEP_ROWS 2
 // kernel: block_ic_sweep_f64 = block_ic_sweep<double>, block_ic_sweep_f32 = block_ic_sweep<float>
 template <typename T>
-__global__ void block_ic_sweep(int n, const u64* __restrict__ slice_ptr,
+__global__ void block_ic_sweep(int n, int h, const u64* __restrict__ slice_ptr,
                                const int* __restrict__ codes, const double* __restrict__ vals,
                                const double* __restrict__ diag,
                                const int* __restrict__ slice_mnz, const double* __restrict__ b,
@@ -146,70 +160,112 @@ __global__ void block_ic_sweep(int n, const u64* __restrict__ slice_ptr,
                                int ic0, const int* __restrict__ levels,
                                const int* __restrict__ slice_levels, const double* done) {
     if (gated_off(done)) return;
-    const int h = blockDim.x, t = threadIdx.x, l = blockIdx.x, row = l * h + t;
-    const bool in = row < n;
-    const int mnz = slice_mnz[l];
+    constexpr int R = BLOCK_IC_SWEEP_ROWS;
+    const int l = blockIdx.x, mnz = slice_mnz[l];
     double* lv = block_ic_smem;
     T* coef = (T*)(block_ic_smem + h);
-    int* nbr = (int*)(coef + (size_t)h * mnz);
+    unsigned short* nbr = (unsigned short*)(coef + (size_t)h * mnz);
     const bool from_zero = x_in == nullptr;
-    const double xi = in && !from_zero ? x_in[row] : 0.0;
-    double res = in ? __dsub_rn(b[row], __dmul_rn(diag[row], xi)) : 0.0;
-    lv[t] = xi;
+    int ts[R];
+    bool in[R];
+    double xi[R], res[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+        ts[j] = threadIdx.x + j * blockDim.x;
+        const int row = l * h + ts[j];
+        in[j] = ts[j] < h && row < n;
+        xi[j] = in[j] && !from_zero ? x_in[row] : 0.0;
+        // From x = 0, b - a_tt 0 is b (a_tt > 0 once factorised): a_tt is not read.
+        res[j] = !in[j] ? 0.0 : from_zero ? b[row] : __dsub_rn(b[row], __dmul_rn(diag[row], xi[j]));
+        if (ts[j] < h) lv[ts[j]] = xi[j];
+    }
     __syncthreads();
     const u64 start = slice_ptr[l], end = slice_ptr[l + 1];
-    int cnt = 0;
-    for (u64 k = start + t; k < end; k += h) {
-        const int c = codes[k];
-        if (c > 0) {
-            if (!from_zero) res = __dsub_rn(res, __dmul_rn(vals[k], x_in[c - 1]));
-        } else if (c < 0) {
-            const int j = -(c + 1);
-            // From x = 0 the residual is b: A's values are not read, only
-            // the factor's (the zeros a product with x = 0 would subtract
-            // change no bit of x_out = 0 + y).
-            if (!from_zero) res = __dsub_rn(res, __dmul_rn(vals[k], lv[j]));
-            coef[cnt * h + t] = ic_off[k];
-            nbr[cnt * h + t] = j;
-            ++cnt;
+    // Slot by slot, the thread's rows together (their loads in flight at
+    // once); each row still takes its slots in order.
+    const int width = (int)((end - start) / (u64)h);
+    int cnt[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) cnt[j] = 0;
+    for (int m = 0; m < width; ++m) {
+        const u64 k0 = start + (u64)m * h;
+        int c[R];
+        T off[R];
+#pragma unroll
+        for (int j = 0; j < R; ++j) c[j] = ts[j] < h ? codes[k0 + ts[j]] : 0;
+#pragma unroll
+        for (int j = 0; j < R; ++j) off[j] = c[j] < 0 ? ic_off[k0 + ts[j]] : T(0);
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const int t = ts[j];
+            const u64 k = k0 + t;
+            if (c[j] > 0) {
+                if (!from_zero) res[j] = __dsub_rn(res[j], __dmul_rn(vals[k], x_in[c[j] - 1]));
+            } else if (c[j] < 0) {
+                const int i = -(c[j] + 1);
+                // From x = 0 the residual is b: A's values are not read, only
+                // the factor's (the zeros a product with x = 0 would subtract
+                // change no bit of x_out = 0 + y).
+                if (!from_zero) res[j] = __dsub_rn(res[j], __dmul_rn(vals[k], lv[i]));
+                coef[cnt[j] * h + t] = off[j];
+                nbr[cnt[j] * h + t] = (unsigned short)i;
+                ++cnt[j];
+            }
         }
     }
     __syncthreads();  // lv (x) is read; it holds w (T) from here
     T* w = (T*)lv;
-    const T d = in ? ic_diag[row] : T(1);
-    const int fw = in ? levels[2 * row] : 0, bw = in ? levels[2 * row + 1] : 0;
-    const T r = (T)res;
-    T y = ic0 ? T(0) : rn_mul(d, r);
+    T d[R], r[R], y[R];
+    int fw[R], bw[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+        const int row = l * h + ts[j];
+        d[j] = in[j] ? ic_diag[row] : T(1);
+        // A thread's row past the slice takes no level; a row past n takes
+        // level 0 with an empty row, as one thread per row did.
+        fw[j] = in[j] ? levels[2 * row] : (ts[j] < h ? 0 : -1);
+        bw[j] = in[j] ? levels[2 * row + 1] : (ts[j] < h ? 0 : -1);
+        r[j] = (T)res[j];
+        y[j] = ic0 ? T(0) : rn_mul(d[j], r[j]);
+    }
     for (int lev = 0; lev < slice_levels[2 * l]; ++lev) {
-        if (lev == fw) {
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            if (lev != fw[j]) continue;
+            const int t = ts[j];
             if (ic0) {
                 T sum = T(0);
-                for (int m = 0; m < cnt && nbr[m * h + t] < t; ++m)
+                for (int m = 0; m < cnt[j] && nbr[m * h + t] < t; ++m)
                     sum = rn_add(sum, rn_mul(coef[m * h + t], w[nbr[m * h + t]]));
-                y = rn_div(rn_sub(r, sum), d);
+                y[j] = rn_div(rn_sub(r[j], sum), d[j]);
             } else {
-                for (int m = 0; m < cnt && nbr[m * h + t] < t; ++m)
-                    y = rn_sub(y, rn_mul(rn_mul(d, coef[m * h + t]), w[nbr[m * h + t]]));
+                for (int m = 0; m < cnt[j] && nbr[m * h + t] < t; ++m)
+                    y[j] = rn_sub(y[j], rn_mul(rn_mul(d[j], coef[m * h + t]), w[nbr[m * h + t]]));
             }
-            w[t] = y;
+            w[t] = y[j];
         }
         __syncthreads();
     }
     for (int lev = 0; lev < slice_levels[2 * l + 1]; ++lev) {
-        if (lev == bw) {
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            if (lev != bw[j]) continue;
+            const int t = ts[j];
             if (ic0) {
-                for (int m = cnt - 1; m >= 0 && nbr[m * h + t] > t; --m)
-                    y = rn_sub(y, rn_mul(coef[m * h + t], w[nbr[m * h + t]]));
-                y = rn_div(y, d);
+                for (int m = cnt[j] - 1; m >= 0 && nbr[m * h + t] > t; --m)
+                    y[j] = rn_sub(y[j], rn_mul(coef[m * h + t], w[nbr[m * h + t]]));
+                y[j] = rn_div(y[j], d[j]);
             } else {
-                for (int m = cnt - 1; m >= 0 && nbr[m * h + t] > t; --m)
-                    y = rn_sub(y, rn_mul(rn_mul(d, coef[m * h + t]), w[nbr[m * h + t]]));
+                for (int m = cnt[j] - 1; m >= 0 && nbr[m * h + t] > t; --m)
+                    y[j] = rn_sub(y[j], rn_mul(rn_mul(d[j], coef[m * h + t]), w[nbr[m * h + t]]));
             }
-            w[t] = y;
+            w[t] = y[j];
         }
         __syncthreads();
     }
-    if (in) x_out[row] = __dadd_rn(xi, (double)y);
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+        if (in[j]) x_out[l * h + ts[j]] = __dadd_rn(xi[j], (double)y[j]);
 }
 
 // Block-IC's structure, once per pattern, on the device (no host pass over

@@ -63,7 +63,8 @@ fn differing(a: &[f64], b: &[f64]) -> usize {
 #[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
 fn factors_applications_and_sweeps_equal_the_cpu_bit_for_bit() {
     let Some(gpu) = test_device() else { return };
-    for h in [64, 256] {
+    // 96: a slice height that is not a power of two.
+    for h in [64, 96, 256] {
         for (name, a) in systems(h) {
             let n = a.n_rows();
             let m = upload(&gpu, &a, h);

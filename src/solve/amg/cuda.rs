@@ -1398,10 +1398,12 @@ impl<'g> DeviceAmg<'g> {
         })?;
         let refine = update && w.refine && dense_one_launch(gpu).is_some();
         if refine {
-            if w.refinement.is_none() {
-                w.refinement = Some(CoarsestRefinement::new(gpu, n)?);
-            }
-            let refinement = w.refinement.as_ref().expect("allocated above");
+            // Allocated at the first update that refines, kept after it.
+            let refinement = match w.refinement.take() {
+                Some(r) => r,
+                None => CoarsestRefinement::new(gpu, n)?,
+            };
+            let refinement = &*w.refinement.insert(refinement);
             // M = (A_L + A_Lᵀ) / 2 in `factor`, as the factorisation forms it
             // (and forms again from `scratch` if the refinement is rejected).
             gpu.launch_vector("amg_dense_symmetrise", n * n, |args| {

@@ -28,7 +28,10 @@ pub struct DeviceBlockIc {
     inner: InnerSolver,
     precision: Precision,
     slice_mnz: CudaSlice<i32>,
+    /// The factorisation's dynamic shared memory per block.
     shared_bytes: u32,
+    /// The sweep's (`block_ic_sweep_shared_bytes`).
+    sweep_shared_bytes: u32,
     /// Forward and backward level of each row inside its block.
     levels: CudaSlice<i32>,
     /// Forward and backward level counts of each slice.
@@ -49,6 +52,20 @@ pub const BLOCK_IC_KERNELS: [&str; 3] = [
     "block_ic_sweep_f64",
     "block_ic_sweep_f32",
 ];
+
+/// Rows of a slice per thread of the sweep (`BLOCK_IC_SWEEP_ROWS` in
+/// `kernels/block_ic.cu`): a slice of h rows is swept by ⌈h / 2⌉ threads.
+/// (A mod-SELL slice holds at most 1024 rows, so the sweep's 16-bit local
+/// columns hold every in-slice index.)
+const SWEEP_ROWS_PER_THREAD: usize = 2;
+
+/// Bytes of dynamic shared memory of one block of the sweep
+/// (`block_ic_sweep`) on `h`-row slices whose rows have at most `mnz`
+/// in-slice off-diagonals, with factors of `value_bytes` bytes: w (8 B per
+/// row), each entry's factor and its 16-bit local column.
+fn block_ic_sweep_shared_bytes(h: usize, mnz: usize, value_bytes: usize) -> usize {
+    h * (8 + mnz * (value_bytes + 2))
+}
 
 /// Block-IC's structure (`block_ic_structure`): per slice its largest
 /// in-slice count and its forward and backward level counts, per row its
@@ -179,6 +196,11 @@ impl DeviceBlockIc {
         spans.device("structure: in-slice counts and levels (1 read-back)");
         let mnz = structure.maxima[0] as usize;
         let bytes = block_shared_bytes(h, mnz);
+        let value_bytes = match precision {
+            Precision::Double => size_of::<f64>(),
+            Precision::Mixed => size_of::<f32>(),
+        };
+        let sweep_bytes = block_ic_sweep_shared_bytes(h, mnz, value_bytes);
         for kernel in BLOCK_IC_KERNELS {
             let limits = gpu.kernel_limits(kernel)?;
             if h > limits.threads_per_block || bytes > limits.dynamic_shared_bytes {
@@ -201,6 +223,7 @@ impl DeviceBlockIc {
                 precision,
                 slice_mnz: structure.slice_mnz,
                 shared_bytes: bytes as u32,
+                sweep_shared_bytes: sweep_bytes as u32,
                 levels: structure.levels,
                 slice_levels: structure.slice_levels,
                 // Not zero-filled: block_ic_factor writes every row's
@@ -319,9 +342,12 @@ impl DeviceBlockIc {
             Precision::Double => "block_ic_sweep_f64",
             Precision::Mixed => "block_ic_sweep_f32",
         };
-        let (slices, h) = (m.n_slices() as u32, m.slice_height as u32);
-        gpu.launch(kernel, slices, h, self.shared_bytes, |a| {
-            a.arg(&n);
+        let h = m.slice_height;
+        let threads = h.div_ceil(SWEEP_ROWS_PER_THREAD) as u32;
+        let h32 = h as i32;
+        let slices = m.n_slices() as u32;
+        gpu.launch(kernel, slices, threads, self.sweep_shared_bytes, |a| {
+            a.arg(&n).arg(&h32);
             m.push_args(a);
             a.arg(&self.slice_mnz).arg(b);
             arg_or_null(a, x_in);
