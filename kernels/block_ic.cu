@@ -30,7 +30,11 @@ extern __shared__ double block_ic_smem[];
 // then l_tt = sqrt(a_tt - sum l^2); ic_diag = l_tt, ic_off at each in-slice
 // mod-SELL slot: L's value for lower slots, l_it (the transposed entry) for
 // upper slots (t, i), which the backward sweep reads. A pivot <= 0 or NaN
-// lowers `failed` to row + 1 (atomicMin from n + 1).
+// lowers `failed` to row + 1 (atomicMin from n + 1). Mixed precision
+// (ic_diag_f32 non-null): the f32 sweep's factors rounded here as well,
+// ic_diag_f32 per row and ic_off_f32 at the in-slice slots (DIC: A's
+// values, which its sweep reads), the only slots that sweep reads; a
+// separate copy would pass over every slot of the matrix again.
 extern "C" __global__ void block_ic_factor(int n, const u64* __restrict__ slice_ptr,
                                            const int* __restrict__ codes,
                                            const double* __restrict__ vals,
@@ -39,7 +43,9 @@ extern "C" __global__ void block_ic_factor(int n, const u64* __restrict__ slice_
                                            const int* __restrict__ levels,
                                            const int* __restrict__ slice_levels, int ic0,
                                            double* __restrict__ ic_diag,
-                                           double* __restrict__ ic_off, int* failed) {
+                                           double* __restrict__ ic_off,
+                                           float* __restrict__ ic_diag_f32,
+                                           float* __restrict__ ic_off_f32, int* failed) {
     const int h = blockDim.x, t = threadIdx.x, l = blockIdx.x, row = l * h + t;
     const bool in = row < n;
     const int mnz = slice_mnz[l];
@@ -103,25 +109,34 @@ extern "C" __global__ void block_ic_factor(int n, const u64* __restrict__ slice_
         __syncthreads();
     }
     if (!in) return;
+    const bool f32 = ic_diag_f32 != nullptr;
     if (!ic0) {
-        ic_diag[row] = __drcp_rn(piv[t]);
+        const double rd = __drcp_rn(piv[t]);
+        ic_diag[row] = rd;
+        if (!f32) return;
+        ic_diag_f32[row] = (float)rd;
+        for (u64 k = start + t; k < end; k += h)
+            if (codes[k] < 0) ic_off_f32[k] = (float)vals[k];
         return;
     }
     ic_diag[row] = piv[t];
+    if (f32) ic_diag_f32[row] = (float)piv[t];
     int m = 0;
     for (u64 k = start + t; k < end; k += h) {
         const int c = codes[k];
         if (c >= 0) continue;
         const int i = -(c + 1);
+        double value;
         if (i < t) {
-            ic_off[k] = coef[m * h + t];
+            value = coef[m * h + t];
         } else {
             // Row i's lower entry (i, t): its value l_it.
-            double lit = 0.0;
+            value = 0.0;
             for (int q = 0; q < mnz && nbr[q * h + i] < i; ++q)
-                if (nbr[q * h + i] == t) lit = coef[q * h + i];
-            ic_off[k] = lit;
+                if (nbr[q * h + i] == t) value = coef[q * h + i];
         }
+        ic_off[k] = value;
+        if (f32) ic_off_f32[k] = (float)value;
         ++m;
     }
 }

@@ -6,7 +6,7 @@
 use cudarc::driver::CudaSlice;
 
 use super::amg::unzeroed;
-use super::matrix::{f32_copy, DeviceModSell};
+use super::matrix::DeviceModSell;
 use super::setup::{checked_diagonal, SetupSpans};
 use super::smooth::block_shared_bytes;
 use super::{arg_or_null, Gpu, GpuError};
@@ -41,7 +41,8 @@ pub struct DeviceBlockIc {
     /// IC(0): the factor at the in-slice mod-SELL slots (lower: L; upper:
     /// the transposed entry). DIC reads A's values.
     off: Option<CudaSlice<f64>>,
-    /// Mixed precision: f32 copies of `diag` and of `off` (DIC: of A's values).
+    /// Mixed precision: f32 copies of `diag` and of `off` (DIC: of A's
+    /// values), written by the factorisation at the in-slice slots only.
     f32_factors: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
     max_levels: (usize, usize),
 }
@@ -234,11 +235,16 @@ impl DeviceBlockIc {
                     true => Some(unzeroed(gpu, m.values.len())?),
                     false => None,
                 },
-                f32_factors: None,
+                // Mixed precision: written by block_ic_factor at every row
+                // and in-slice slot, the only slots the f32 sweep reads.
+                f32_factors: match precision {
+                    Precision::Mixed => Some((unzeroed(gpu, n)?, unzeroed(gpu, m.values.len())?)),
+                    Precision::Double => None,
+                },
                 max_levels: (structure.maxima[1] as usize, structure.maxima[2] as usize),
             })
         };
-        let mut ic = upload()?;
+        let ic = upload()?;
         let failed = gpu.upload(&[n as i32 + 1])?;
         let ic0_flag = i32::from(ic0);
         let n32 = n as i32;
@@ -256,6 +262,8 @@ impl DeviceBlockIc {
                     .arg(&ic0_flag)
                     .arg(&ic.diag);
                 arg_or_null(args, ic.off.as_ref());
+                arg_or_null(args, ic.f32_factors.as_ref().map(|f| &f.0));
+                arg_or_null(args, ic.f32_factors.as_ref().map(|f| &f.1));
                 args.arg(&failed);
             },
         )?;
@@ -273,12 +281,10 @@ impl DeviceBlockIc {
                 },
             ));
         }
-        spans.device("factorisation (1 read-back)");
-        if precision == Precision::Mixed {
-            let off = ic.off.as_ref().unwrap_or(&m.values);
-            ic.f32_factors = Some((f32_copy(gpu, &ic.diag)?, f32_copy(gpu, off)?));
-            spans.device("f32 factors");
-        }
+        spans.device(match precision {
+            Precision::Mixed => "factorisation and its f32 copy (1 read-back)",
+            Precision::Double => "factorisation (1 read-back)",
+        });
         spans.finish();
         Ok(ic)
     }
