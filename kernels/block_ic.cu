@@ -161,8 +161,9 @@ extern "C" __global__ void block_ic_factor(int n, const u64* __restrict__ slice_
 // measurements.md, "block-IC's sweep"). Each row's operations and their order
 // are those of one thread per row, so the bits are too. Shared memory:
 // [w: h doubles][coef: h*mnz T][nbr: h*mnz unsigned shorts]
-// (block_ic_sweep_shared_bytes in src/solve/block_jacobi/cuda.rs); h is a
-// multiple of 32 (mod-SELL), the guards on t < h keep any block size safe.
+// (block_ic_sweep_shared_bytes in src/solve/block_jacobi/cuda.rs). The
+// block has ceil(h / BLOCK_IC_SWEEP_ROWS) threads (DeviceBlockIc::sweep); h
+// is a multiple of 32 (mod-SELL), and the guards on t < h hold for any h.
 #define BLOCK_IC_SWEEP_ROWS 2
 // kernel: block_ic_sweep_f64 = block_ic_sweep<double>, block_ic_sweep_f32 = block_ic_sweep<float>
 template <typename T>

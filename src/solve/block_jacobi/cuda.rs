@@ -369,3 +369,17 @@ impl DeviceBlockIc {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The launch gives each thread the rows the kernel's loop holds.
+    #[test]
+    fn the_sweep_launch_and_kernel_agree_on_rows_per_thread() {
+        let kernel = include_str!("../../../kernels/block_ic.cu");
+        let define = format!(
+            "\n#define BLOCK_IC_SWEEP_ROWS {}\n",
+            super::SWEEP_ROWS_PER_THREAD
+        );
+        assert!(kernel.contains(&define), "kernels/block_ic.cu: {define:?}");
+    }
+}
