@@ -135,7 +135,8 @@ extern "C" __global__ void block_ic_factor(int n, const u64* __restrict__ slice_
             for (int q = 0; q < mnz && nbr[q * h + i] < i; ++q)
                 if (nbr[q * h + i] == t) value = coef[q * h + i];
         }
-        ic_off[k] = value;
+        // Mixed precision keeps only the f32 factor (ic_off null).
+        if (ic_off) ic_off[k] = value;
         if (f32) ic_off_f32[k] = (float)value;
         ++m;
     }

@@ -167,6 +167,12 @@ fn mixed_precision_application_equals_an_f32_evaluation() {
         let r = random_vector(n, 5);
         for inner in [InnerSolver::Dic, InnerSolver::Ic0] {
             let dev = DeviceBlockIc::new(&gpu, &a, &m, inner, Precision::Mixed).unwrap();
+            // IC(0) keeps its factor in f32 alone: there is no f64 one to read.
+            assert_eq!(
+                dev.download_factor(&gpu, &a, &m).is_err(),
+                inner == InnerSolver::Ic0,
+                "{name} {inner:?}"
+            );
             let r_dev = gpu.upload(&r).unwrap();
             let z_dev = gpu.zeros::<f64>(n).unwrap();
             dev.sweep(&gpu, &m, &r_dev, None, &z_dev, None).unwrap();

@@ -14,7 +14,7 @@
 
 use std::time::Instant;
 
-use super::tables::{controls, timed_cpu_pcg, Row};
+use super::tables::{controls, timed_cpu_pcg, BenchSettings, Row};
 use fvpoisson::gpu::deflation::{solve_pcg_deflated_gpu, DEFLATED_PCG_PRECONDITIONERS};
 use fvpoisson::gpu::pcg::{GpuSolveOptions, LaunchMode};
 use fvpoisson::gpu::Gpu;
@@ -30,18 +30,22 @@ pub fn default_subdomains(n: usize) -> usize {
     (2 * (n as f64).sqrt().ceil() as usize).min(512)
 }
 
-/// The deflation rows of one case (the CPU's DIC-PCG row with `cpu_solve`).
-#[allow(clippy::too_many_arguments)]
+/// The deflation rows of one case with the settings' slices and subdomains
+/// (the CPU's DIC-PCG row with `cpu_solve`).
 pub fn rows(
     gpu: &Gpu,
     spec: &str,
     a: &Csr,
     rhs: &[f64],
-    subdomains: Option<usize>,
-    slice_height: usize,
-    check_interval: usize,
-    cpu_solve: bool,
+    settings: &BenchSettings,
 ) -> anyhow::Result<Vec<Row>> {
+    let BenchSettings {
+        deflation_subdomains: subdomains,
+        slice_height,
+        check_interval,
+        cpu_solve,
+        ..
+    } = *settings;
     let t = Instant::now();
     let ordered = Reordered::new(a, RowOrdering::Rcm, slice_height).map_err(anyhow::Error::msg)?;
     let m = ordered.matrix();

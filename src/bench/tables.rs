@@ -627,16 +627,7 @@ fn deflation_rows(
     settings: &BenchSettings,
 ) -> anyhow::Result<Vec<Row>> {
     eprintln!("{spec}: deflation rows");
-    super::deflation::rows(
-        gpu,
-        spec,
-        a,
-        rhs,
-        settings.deflation_subdomains,
-        settings.slice_height,
-        settings.check_interval,
-        settings.cpu_solve,
-    )
+    super::deflation::rows(gpu, spec, a, rhs, settings)
 }
 
 /// The measurements of one case.

@@ -94,7 +94,6 @@ impl Convection {
 
     /// φ_f − φ_upwind on an internal face (the deferred correction), from the
     /// owner and neighbour values and gradients; `flux` ≥ 0 means the owner is upwind.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn correction(
         self,
         flux: f64,

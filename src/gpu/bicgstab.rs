@@ -335,7 +335,6 @@ impl<'g> DeviceBicgstab<'g> {
     /// (device vectors of n values, rows in the matrix's order), Jacobi
     /// preconditioned when `jacobi` (else none): `solve::bicgstab::bicgstab`'s
     /// result, log lines and errors. `field` names the unknown in the log.
-    #[allow(clippy::too_many_arguments)]
     pub fn solve(
         &self,
         matrix: &DeviceModSell,

@@ -325,7 +325,6 @@ impl<'a> CusparseSpmv<'a> {
         gpu.upload(&narrow).map_err(|e| e.to_string())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn try_new(
         lib: &'a Cusparse<'a>,
         kind: CusparseKind,

@@ -38,11 +38,12 @@ pub struct DeviceBlockIc {
     slice_levels: CudaSlice<i32>,
     /// DIC: 1/d*; IC(0): L's diagonal.
     diag: CudaSlice<f64>,
-    /// IC(0): the factor at the in-slice mod-SELL slots (lower: L; upper:
-    /// the transposed entry). DIC reads A's values.
+    /// IC(0) in double precision: the factor at the in-slice mod-SELL slots
+    /// (lower: L; upper: the transposed entry). DIC reads A's values.
     off: Option<CudaSlice<f64>>,
-    /// Mixed precision: f32 copies of `diag` and of `off` (DIC: of A's
-    /// values), written by the factorisation at the in-slice slots only.
+    /// Mixed precision: `diag` and the off-diagonal factor (DIC: A's
+    /// values) in f32, written by the factorisation at the in-slice slots
+    /// only; IC(0)'s off-diagonal factor is kept in f32 alone.
     f32_factors: Option<(CudaSlice<f32>, CudaSlice<f32>)>,
     max_levels: (usize, usize),
 }
@@ -231,9 +232,11 @@ impl DeviceBlockIc {
                 // diagonal and every in-slice slot of `off`, the only slots
                 // the sweeps (and the f32 copy's readers) read.
                 diag: unzeroed(gpu, n)?,
-                off: match ic0 {
-                    true => Some(unzeroed(gpu, m.values.len())?),
-                    false => None,
+                // IC(0)'s f64 factor; mixed precision sweeps with the f32
+                // one only, so it is not kept (8 bytes a slot).
+                off: match (ic0, precision) {
+                    (true, Precision::Double) => Some(unzeroed(gpu, m.values.len())?),
+                    _ => None,
                 },
                 // Mixed precision: written by block_ic_factor at every row
                 // and in-slice slot, the only slots the f32 sweep reads.
@@ -282,7 +285,7 @@ impl DeviceBlockIc {
             ));
         }
         spans.device(match precision {
-            Precision::Mixed => "factorisation and its f32 copy (1 read-back)",
+            Precision::Mixed => "factorisation, its factor written in f32 (1 read-back)",
             Precision::Double => "factorisation (1 read-back)",
         });
         spans.finish();
@@ -302,6 +305,7 @@ impl DeviceBlockIc {
     /// The factor as the CPU's `BlockIc::factor` stores it: DIC 1/d* per
     /// row; IC(0) L's strictly lower values per CSR slot of `a`'s block
     /// diagonal (`sparse::blocks::block_diagonal`), then L's diagonal.
+    /// Mixed-precision IC(0) keeps no f64 factor to read: an error.
     pub fn download_factor(
         &self,
         gpu: &Gpu,
@@ -310,7 +314,14 @@ impl DeviceBlockIc {
     ) -> Result<Vec<f64>, GpuError> {
         let diag = gpu.download(&self.diag)?;
         let Some(off) = &self.off else {
-            return Ok(diag);
+            return match self.inner {
+                InnerSolver::Ic0 => Err(GpuError::Invalid(
+                    "block-IC in mixed precision keeps only its f32 factor; set it up in \
+                     double precision to read the f64 one"
+                        .into(),
+                )),
+                _ => Ok(diag),
+            };
         };
         let off = gpu.download(off)?;
         let (h, slice_ptr) = (m.slice_height, gpu.download(&m.slice_ptr)?);

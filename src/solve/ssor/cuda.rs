@@ -66,7 +66,6 @@ impl<'g> DeviceSsor<'g> {
     }
 
     /// One colour of a sweep: x_i = first_i − w_i Σ part_ij x_j.
-    #[allow(clippy::too_many_arguments)]
     fn colour(
         &self,
         k: usize,
