@@ -612,7 +612,13 @@ fn run(
 /// Exit code of a finished run: 1, with a summary line, when it did not
 /// converge ([`case::RunSummary::not_converged`]), else 0.
 fn run_exit_code(summary: &case::RunSummary) -> i32 {
-    match &summary.not_converged {
+    not_converged_exit_code(summary.not_converged.as_deref())
+}
+
+/// 1, with the summary line `not converged: why`, for a run that did not
+/// converge; else 0.
+fn not_converged_exit_code(not_converged: Option<&str>) -> i32 {
+    match not_converged {
         Some(why) => {
             eprintln!("not converged: {why}");
             EXIT_CHECK_FAILED
@@ -1210,8 +1216,8 @@ fn run_transient(
         None => {}
     }
     let device = case::Device::gpu_or_cpu(gpu.as_ref());
-    case::ico_foam::run_transient_case(&case.setup, &case.mesh, device)?;
-    Ok(0)
+    let summary = case::ico_foam::run_transient_case(&case.setup, &case.mesh, device)?;
+    Ok(not_converged_exit_code(summary.not_converged.as_deref()))
 }
 
 /// `solve-matrix`'s preconditioner when `--precond` is not given, and why:

@@ -597,3 +597,68 @@ fn adjusted_time_steps_on_the_device_give_the_cpu_run() {
     assert!(d.iter().all(|&x| x <= FIELD_BOUND), "{d:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `dir`'s controlDict with the lines of `edits` (first word, whole line).
+fn edit_control(dir: &Path, edits: &[(&str, &str)]) {
+    let control = dir.join("system/controlDict");
+    let text: Vec<String> = std::fs::read_to_string(&control)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let key = line.split_whitespace().next();
+            match edits.iter().find(|(k, _)| Some(*k) == key) {
+                Some((k, v)) => format!("{k} {v};"),
+                None => line.to_string(),
+            }
+        })
+        .collect();
+    std::fs::write(&control, text.join("\n")).unwrap();
+}
+
+/// A backward run restarted halfway on the device reads the older level it
+/// wrote (`U_0`, `phi_0`) and continues the uninterrupted device run's
+/// second-order steps; both stay within [`FIELD_BOUND`] of the CPU's run.
+#[test]
+#[cfg_attr(not(gpu_tests), ignore = "needs a CUDA device")]
+fn a_backward_restart_on_the_device_continues_the_device_run() {
+    let Some(gpu) = test_device() else {
+        return;
+    };
+    let run = |dir: &Path, device: Device| {
+        let case = read_transient_case(dir).unwrap();
+        assert!(case.warnings.is_empty(), "{:?}", case.warnings);
+        run_transient_case(&case.setup, &case.mesh, device).unwrap()
+    };
+    let whole = ico_cavity("backward_whole");
+    common::backward_time_steps(&whole);
+    edit_control(&whole, &[("endTime", "0.1")]);
+    let reference = run(&whole, Device::Gpu(&gpu));
+    let host = run(&whole, Device::Cpu);
+    assert!(reference.device_step);
+    assert_eq!((reference.steps, host.steps), (20, 20));
+
+    let halves = ico_cavity("backward_halves");
+    common::backward_time_steps(&halves);
+    assert_eq!(run(&halves, Device::Gpu(&gpu)).steps, 10);
+    for file in ["U_0", "phi_0", "uniform/time"] {
+        assert!(halves.join("0.05").join(file).is_file(), "0.05/{file}");
+    }
+    edit_control(&halves, &[("endTime", "0.1"), ("startFrom", "latestTime")]);
+    let restarted = run(&halves, Device::Gpu(&gpu));
+    assert!(restarted.device_step);
+    assert_eq!(restarted.steps, 10);
+    let against = |other: &fvpoisson::case::ico_foam::TransientSummary| {
+        [
+            relative(&components(&restarted.u), &components(&other.u)),
+            relative(&restarted.p, &other.p),
+            relative(&restarted.phi, &other.phi),
+        ]
+    };
+    let (d_device, d_host) = (against(&reference), against(&host));
+    println!("backward restart on the device: against the device run {d_device:?}, the CPU run {d_host:?}");
+    assert!(d_device.iter().all(|&x| x < 1e-12), "{d_device:?}");
+    assert!(d_host.iter().all(|&x| x <= FIELD_BOUND), "{d_host:?}");
+    for dir in [&whole, &halves] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

@@ -229,6 +229,14 @@ fn matrix_market_size_lines_are_checked_against_the_file() {
         &["solve-matrix", arg(&big)],
         "big.mtx:3: file ends where an entry",
     );
+    // Enough entries for the size line, yet row 2 of the symmetric matrix
+    // has none: singular, refused.
+    fs::write(
+        &big,
+        "%%MatrixMarket matrix coordinate real symmetric\n3 3 2\n1 1 1.0\n3 3 1.0\n",
+    )
+    .unwrap();
+    refused(&["solve-matrix", arg(&big)], "row 2 has no entry");
 }
 
 #[test]

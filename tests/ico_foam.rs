@@ -262,42 +262,46 @@ fn cavity3d_solver_lines_are_icofoams() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn restart_from_latest_time_continues_the_same_trajectory() {
+/// `cases/cavity_ico` (with `prepare` applied) run 20 steps in one go, and
+/// 10 steps then restarted from the latest time to the same end: the whole
+/// run's summary, U, p and φ of the restart against it (relative), and the
+/// two case directories.
+fn whole_and_restarted(
+    tag: &str,
+    prepare: impl Fn(&Path),
+) -> (TransientSummary, [f64; 3], [PathBuf; 2]) {
     let precise = [("writePrecision", "17"), ("writeInterval", "10")];
     let whole = case_copy(
         "cavity_ico",
-        "whole",
+        &format!("{tag}_whole"),
         &[precise[0], precise[1], ("endTime", "0.1")],
     );
+    prepare(&whole);
     let reference = run(&whole);
     assert_eq!(reference.steps, 20);
-
     let halves = case_copy(
         "cavity_ico",
-        "halves",
+        &format!("{tag}_halves"),
         &[precise[0], precise[1], ("endTime", "0.05")],
     );
+    prepare(&halves);
     assert_eq!(run(&halves).steps, 10);
-    edit_control(
-        &halves,
-        &[
-            precise[0],
-            precise[1],
-            ("endTime", "0.1"),
-            ("startFrom", "latestTime"),
-        ],
-    );
+    edit_control(&halves, &[("endTime", "0.1"), ("startFrom", "latestTime")]);
     let restarted = run(&halves);
     assert_eq!(restarted.steps, 10);
-    let du = relative(&components(&restarted.u), &components(&reference.u));
-    let dp = relative(&restarted.p, &reference.p);
-    let dphi = relative(&restarted.phi, &reference.phi);
-    eprintln!("restart at 0.05: ΔU {du:e}, Δp {dp:e}, Δphi {dphi:e}");
-    assert!(
-        du < 1e-12 && dp < 1e-12 && dphi < 1e-12,
-        "{du:e} {dp:e} {dphi:e}"
-    );
+    let d = [
+        relative(&components(&restarted.u), &components(&reference.u)),
+        relative(&restarted.p, &reference.p),
+        relative(&restarted.phi, &reference.phi),
+    ];
+    eprintln!("{tag}: restart at 0.05, relative ΔU, Δp, Δphi {d:?}");
+    (reference, d, [whole, halves])
+}
+
+#[test]
+fn restart_from_latest_time_continues_the_same_trajectory() {
+    let (_, d, [whole, halves]) = whole_and_restarted("euler", |_| {});
+    assert!(d.iter().all(|&x| x < 1e-12), "{d:?}");
     // The restarted run's VTK step is listed after the first run's, which
     // it keeps: one series over the whole time range.
     let name = fvpoisson::io::vtk::series_name_for(&halves);
@@ -322,17 +326,149 @@ fn restart_from_latest_time_continues_the_same_trajectory() {
 }
 
 #[test]
+fn restart_of_a_backward_run_continues_its_second_order_steps() {
+    let (reference, d, [whole, halves]) =
+        whole_and_restarted("backward", common::backward_time_steps);
+    assert!(d.iter().all(|&x| x < 1e-12), "{d:?}");
+    // OpenFOAM's files of a backward time: the older level and the time's record.
+    let written = halves.join("0.05");
+    for file in ["U", "p", "phi", "U_0", "phi_0", "uniform/time"] {
+        assert!(written.join(file).is_file(), "0.05/{file} not written");
+    }
+    let record = std::fs::read_to_string(written.join("uniform/time")).unwrap();
+    for entry in [
+        "index           10;",
+        "deltaT          0.005;",
+        "name            \"0.05\";",
+    ] {
+        assert!(record.contains(entry), "{entry} not in\n{record}");
+    }
+
+    // Without the older level the restart's first step is an Euler one,
+    // as OpenFOAM's: the trajectory differs from the run's.
+    let euler_start = case_copy(
+        "cavity_ico",
+        "backward_euler_start",
+        &[
+            ("writePrecision", "17"),
+            ("writeInterval", "10"),
+            ("endTime", "0.05"),
+        ],
+    );
+    common::backward_time_steps(&euler_start);
+    run(&euler_start);
+    for file in ["U_0", "phi_0"] {
+        std::fs::remove_file(euler_start.join("0.05").join(file)).unwrap();
+    }
+    edit_control(
+        &euler_start,
+        &[("endTime", "0.1"), ("startFrom", "latestTime")],
+    );
+    let first_order = run(&euler_start);
+    let du = relative(&components(&first_order.u), &components(&reference.u));
+    eprintln!("backward restart without U_0, phi_0: ΔU {du:e}");
+    assert!(du > 1e-8, "{du:e}");
+    for dir in [&whole, &halves, &euler_start] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// A restart finds its time directory by value, however its name was
+/// written (`0.050`); steps whose times the time precision cannot tell
+/// apart raise it, as OpenFOAM does, so no write replaces an earlier time.
+#[test]
+fn restart_directories_are_found_by_value_and_new_times_keep_distinct_names() {
+    let dir = case_copy(
+        "cavity_ico",
+        "time_names",
+        &[
+            ("endTime", "0.05"),
+            ("writeInterval", "10"),
+            ("writePrecision", "17"),
+        ],
+    );
+    let first = run(&dir);
+    assert_eq!(first.steps, 10);
+    std::fs::rename(dir.join("0.05"), dir.join("0.050")).unwrap();
+    let start = VectorFieldFile::read(&dir.join("0.050/U"), first.p.len()).unwrap();
+    // From 0.05 in steps of 1e-8: at 6 digits every time would be named 0.05.
+    edit_control(
+        &dir,
+        &[
+            ("startFrom", "latestTime"),
+            ("endTime", "0.05000003"),
+            ("deltaT", "1e-8"),
+            ("writeInterval", "1"),
+        ],
+    );
+    let summary = run(&dir);
+    assert_eq!(summary.steps, 3);
+    for name in ["0.05000001", "0.05000002", "0.05000003"] {
+        assert!(dir.join(name).join("U").is_file(), "{name}/U not written");
+    }
+    assert!(
+        !dir.join("0.05").exists(),
+        "a step wrote over the start time's name"
+    );
+    let kept = VectorFieldFile::read(&dir.join("0.050/U"), first.p.len()).unwrap();
+    assert_eq!(
+        kept.internal.expand(first.p.len()),
+        start.internal.expand(first.p.len()),
+        "the start time's U was rewritten"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A run whose solves stop at maxIter short of their tolerance is not
+/// converged (`run` exits 1); fixed-iteration solves (tolerance and relTol
+/// 0) are complete by design.
+#[test]
+fn solves_stopped_at_max_iter_make_the_run_unconverged() {
+    let dir = case_copy("cavity_ico", "max_iter", &[("endTime", "0.02")]);
+    assert_eq!(run(&dir).not_converged, None);
+    let path = dir.join("system/fvSolution");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let short = text.replacen(
+        "        relTol          0;\n    }",
+        "        relTol          0;\n        maxIter 1;\n    }",
+        1,
+    );
+    assert_ne!(short, text);
+    std::fs::write(&path, &short).unwrap();
+    let why = run(&dir).not_converged.expect("pFinal stops at maxIter 1");
+    assert!(why.starts_with("4 of ") && why.contains("maxIter"), "{why}");
+    let fixed = short.replacen("        $p;\n", "        $p;\n        tolerance 0;\n", 1);
+    assert_ne!(fixed, short);
+    std::fs::write(&path, fixed).unwrap();
+    assert_eq!(run(&dir).not_converged, None);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn residuals_function_object_writes_solver_info_as_openfoam() {
     let dir = case_copy("cavity_ico", "residuals", &[("endTime", "0.015")]);
     let control = dir.join("system/controlDict");
     let mut text = std::fs::read_to_string(&control).unwrap();
-    text += "\nfunctions\n{\n    #includeFunc residuals\n    drag { type forces; }\n}\n";
+    text += "\nfunctions\n{\n    #includeFunc residuals\n    drag { type forces; }\n    \
+             off { type fieldMinMax; fields (U); enabled false; }\n    \
+             res { type solverInfo; fields (p); }\n}\n";
     std::fs::write(&control, text).unwrap();
     let case = read_transient_case(&dir).unwrap();
-    assert!(
+    let warned = |what: &[&str]| {
         case.warnings
             .iter()
-            .any(|w| w.contains("'drag'") && w.contains("forces")),
+            .any(|w| what.iter().all(|x| w.contains(x)))
+    };
+    assert!(warned(&["'drag'", "forces"]), "{:?}", case.warnings);
+    // What a solverInfo object asks beyond its type is named, not dropped.
+    assert!(
+        warned(&["'res'", "postProcessing/residuals"]),
+        "{:?}",
+        case.warnings
+    );
+    assert!(warned(&["fields"]), "{:?}", case.warnings);
+    assert!(
+        !case.warnings.iter().any(|w| w.contains("'off'")),
         "{:?}",
         case.warnings
     );
@@ -342,6 +478,10 @@ fn residuals_function_object_writes_solver_info_as_openfoam() {
     let foam =
         std::fs::read_to_string(common::repo("tests/data/ico_foam_cavity/solverInfo.dat")).unwrap();
     assert_eq!(ours, foam);
+    assert!(
+        !dir.join("postProcessing/off").exists(),
+        "an object with enabled false ran"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -386,6 +526,40 @@ fn written_against_pimple_foam(dir: &Path, reference: &str, time: &str, n: usize
     let (u, p) = read(&dir.join(time));
     let (u_ref, p_ref) = read(&foam);
     (relative(&u, &u_ref), relative(&p, &p_ref))
+}
+
+/// pimpleFoam's log frame as v1912 prints it: the Courant number ahead of
+/// "Starting time loop", then per step the Courant number, the time and
+/// "PIMPLE: iteration 1" (printed with one outer corrector as well).
+#[test]
+fn pimple_log_frames_its_steps_as_pimplefoam() {
+    let dir = pimple_cavity("pimple-log", 1, "", "laminar");
+    let frame = |log: &str| -> Vec<String> {
+        log.lines()
+            .filter_map(|line| {
+                let line = line.split_once("] ").map_or(line, |(_, rest)| rest).trim();
+                if line.starts_with("Courant Number") {
+                    Some("Courant".to_string())
+                } else if line.starts_with("Time = ")
+                    || line.starts_with("PIMPLE: iteration")
+                    || line == "Starting time loop"
+                {
+                    Some(line.to_string())
+                } else {
+                    None
+                }
+            })
+            .collect()
+    };
+    let ours = frame(&run_binary_on_cpu(&dir));
+    let reference = std::fs::read_to_string(common::repo(
+        "tests/data/pimple_foam_cavity/outer1/log.pimpleFoam",
+    ))
+    .unwrap();
+    let theirs = frame(&reference);
+    assert_eq!(theirs.len(), 2 + 3 * 10, "{theirs:?}");
+    assert_eq!(ours, theirs);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

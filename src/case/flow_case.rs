@@ -240,7 +240,7 @@ pub fn is_flow_case(case_dir: &Path) -> bool {
     if !case_dir.join(CASE_FILE).exists() {
         return super::simple_foam::is_simple_foam_case(case_dir);
     }
-    let Ok(text) = std::fs::read_to_string(case_dir.join(CASE_FILE)) else {
+    let Ok(text) = crate::limits::read_regular_text(&case_dir.join(CASE_FILE)) else {
         return false;
     };
     let Ok(table) = text.parse::<toml::Table>() else {

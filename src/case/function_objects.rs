@@ -105,8 +105,34 @@ pub(super) fn read_functions(
             }
         };
         functions.ignore(e.key());
+        if let Some(dict) = e.as_dict() {
+            // OpenFOAM's switch: the object is read but does not run.
+            if !dict.get_or("enabled", true)? {
+                log::info!("function object '{}': enabled false, not run", e.key());
+                continue;
+            }
+        }
         match (kind.as_str(), e.as_dict()) {
-            ("residuals" | "solverInfo", _) => objects.residuals = true,
+            ("residuals" | "solverInfo", dict) => {
+                objects.residuals = true;
+                if let Some(dict) = dict {
+                    // What the object's own dictionary asks beyond its type is
+                    // not honoured: the file holds U and p, under
+                    // postProcessing/residuals.
+                    if e.key() != "residuals" {
+                        r.warn(format!(
+                            "{}:{}: function object '{}': written as \
+                             postProcessing/residuals/<startTime>/solverInfo.dat (the name \
+                             'residuals', not '{}')",
+                            e.file().display(),
+                            e.line(),
+                            e.key(),
+                            e.key()
+                        ));
+                    }
+                    common_entries(r, dict);
+                }
+            }
             ("fieldMinMax", Some(dict)) => {
                 let mode = one_of(
                     dict,

@@ -3,12 +3,13 @@
 //!
 //! | file | entries | becomes |
 //! |---|---|---|
-//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `adjustTimeStep`, `maxCo`, `maxDeltaT` (pimpleFoam), `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals`; `fieldMinMax` and `probes` ([`super::function_objects`]) | time loop, writes of `<time>/U`, `p`, `phi` and of a step of the VTK series `VTK/NAME.pvd` at each (`run --vtk`) |
+//! | `system/controlDict` | `application icoFoam\|pimpleFoam`; `startFrom startTime\|latestTime\|firstTime`, `startTime` (a restart reads `U`, `p` and `phi` of that time, and with backward `U_0` and `phi_0`), `endTime`, `deltaT`, `writeControl timeStep\|runTime\|adjustableRunTime`, `writeInterval`, `adjustTimeStep`, `maxCo`, `maxDeltaT` (pimpleFoam), `writeFormat`, `writePrecision`, `writeCompression`, `timePrecision`; `functions { residuals {...} }` or `#includeFunc residuals`; `fieldMinMax` and `probes` ([`super::function_objects`]) | time loop, writes of `<time>/U`, `p`, `phi`, `uniform/time` (with backward also `U_0`, `phi_0`) and of a step of the VTK series `VTK/NAME.pvd` at each (`run --vtk`) |
 //! | `system/fvSchemes` | `ddtSchemes` `Euler\|backward`; `div(phi,U)` `Gauss linear\|upwind\|linearUpwind grad(U)\|limitedLinear(V) k`, optionally `bounded`; `div((nuEff*dev2(T(grad(U)))))` `Gauss linear` (pimpleFoam); Laplacian and gradient schemes of U and p (one scheme for both) | [`TransientSettings`], [`Schemes`] |
 //! | `system/fvSolution` | `solvers { p; pFinal; U; UFinal (pimpleFoam) }`; `PISO` (icoFoam) or `PIMPLE` (pimpleFoam) `{ nOuterCorrectors; nCorrectors; nNonOrthogonalCorrectors; momentumPredictor; pRefCell; pRefValue; outerCorrectorResidualControl { U { tolerance; } p { tolerance; } } }`; `relaxationFactors` (`p`, `pFinal`, `U`, `UFinal`; flat or `fields`/`equations`) | [`TransientSettings`], pressure solvers |
 //! | `constant/transportProperties` | `nu` | ν |
 //! | `constant/momentumTransport` or `turbulenceProperties` (pimpleFoam) | `simulationType laminar` (anything else refused by name) | — |
 //! | `<start>/U`, `<start>/p`, `<start>/phi` (optional) | the simpleFoam reader's conditions | initial fields |
+//! | `<start>/U_0`, `<start>/phi_0`, `<start>/uniform/time` (optional; backward) | the time before the start: its U and φ, and `deltaT` between the two | backward's older level (else the first step is an Euler one) |
 //!
 //! The final outer corrector relaxes with `UFinal`/`pFinal` factors, else
 //! with those of `U`/`p` (OpenFOAM v1912); the last pressure solve of every
@@ -39,7 +40,7 @@ use super::simple_foam::{
 };
 use super::{CaseError, Device};
 use crate::flow::piso::{
-    write_index, DdtScheme, Piso, StepReport, TimeStepControl, TransientConvection,
+    write_index, DdtScheme, OldTime, Piso, StepReport, TimeStepControl, TransientConvection,
     TransientSettings,
 };
 use crate::flow::simple::{MomentumSolver, PressureSolve, SimpleSettings};
@@ -52,7 +53,8 @@ use crate::gpu::simple::piso::DevicePiso;
 use crate::gpu::simple::DeviceFlowError;
 use crate::gpu::Gpu;
 use crate::io::foam_field::{
-    time_name, FieldValues, FoamWriteOptions, ScalarFieldFile, VectorFieldFile,
+    distinct_time_precision, time_name, FieldValues, FoamWriteOptions, ScalarFieldFile,
+    UniformTime, VectorFieldFile,
 };
 use crate::io::vtk::{VtkEncoding, VtkSeries};
 use crate::mesh::{Geometry, Mesh, MeshSource, PatchKind, Vec3};
@@ -118,6 +120,10 @@ pub struct TransientSetup {
     pub vtk: Option<VtkEncoding>,
     /// U, p (per cell) and φ (every face, when the start time has `phi`).
     pub initial: (Vec<Vec3>, Vec<f64>, Option<Vec<f64>>),
+    /// Backward's level before the start time, where the start time has
+    /// `U_0` and `phi_0` (with Δt0 from `uniform/time`): the first step is
+    /// then a second-order one, as the run that wrote them would have made.
+    pub initial_old: Option<OldTime>,
     /// `residuals` function object: write `postProcessing/residuals/<start>/solverInfo.dat`.
     pub residuals: bool,
     /// `fieldMinMax` and `probes` function objects.
@@ -223,16 +229,27 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         read_pimple_relaxation(r, &solution, &mut transient)?;
     }
 
-    let start_name = time_name(timing.start, foam.time_precision);
-    let start_dir = r.dir.join(&start_name);
+    let start_dir = r.time_directory(timing.start, foam.time_precision);
+    let start_name = start_dir
+        .file_name()
+        .map_or_else(String::new, |name| name.to_string_lossy().into_owned());
     let u_file = VectorFieldFile::read(&start_dir.join("U"), n)?;
     let p_file = ScalarFieldFile::read(&start_dir.join("p"), n)?;
     let boundary = read_boundary(r, &mesh, &u_file, &p_file)?;
     let phi = read_phi(&start_dir.join("phi"), &mesh)?;
+    let initial_old = match transient.ddt {
+        DdtScheme::Backward => read_old_level(r, &start_dir, &mesh, timing.delta_t)?,
+        DdtScheme::Euler => None,
+    };
     if timing.start > 0.0 {
         log::info!(
-            "Restarting from time {start_name}: U, p{} read",
-            if phi.is_some() { ", phi" } else { "" }
+            "Restarting from time {start_name}: U, p{}{} read",
+            if phi.is_some() { ", phi" } else { "" },
+            if initial_old.is_some() {
+                ", U_0, phi_0 (backward's older level)"
+            } else {
+                ""
+            }
         );
     }
     let initial = (
@@ -260,6 +277,7 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         foam,
         vtk: Some(VtkEncoding::default()),
         initial,
+        initial_old,
         residuals: functions.residuals,
         functions,
         solver_names,
@@ -375,7 +393,8 @@ fn read_algorithm(
         }
     };
     transient.n_correctors = at_least_one("nCorrectors")?;
-    if application == Application::PimpleFoam {
+    transient.pimple = application == Application::PimpleFoam;
+    if transient.pimple {
         transient.n_outer_correctors = at_least_one("nOuterCorrectors")?;
         if dict.get_or("consistent", false)? {
             return Err(at_key(
@@ -445,6 +464,52 @@ fn read_pimple_relaxation(
 
 /// `phi` of the start time, when written: internal faces, then every
 /// patch's `value` (0 on empty patches).
+/// Backward's older level at the start time `dir`, as OpenFOAM writes it
+/// with backward: `U_0` and `phi_0` (the velocity and flux of the time
+/// before), the Δt between the two times from `uniform/time` (else
+/// `delta_t`). `None` without them
+/// (the first step is then an Euler one, as OpenFOAM's); with one of the two
+/// files only, a warning says so.
+fn read_old_level(
+    r: &mut Reader,
+    dir: &Path,
+    mesh: &Mesh,
+    delta_t: f64,
+) -> Result<Option<OldTime>, CaseError> {
+    let present = |name: &str| {
+        let path = dir.join(name);
+        path.is_file() || crate::foam::gz_path(&path).is_file()
+    };
+    match (present("U_0"), present("phi_0")) {
+        (false, false) => return Ok(None),
+        (true, true) => {}
+        (u, _) => {
+            let (found, missing) = if u {
+                ("U_0", "phi_0")
+            } else {
+                ("phi_0", "U_0")
+            };
+            r.warn(format!(
+                "{}: {found} without {missing}: the first step is an Euler one (backward needs \
+                 both of the time before)",
+                dir.display()
+            ));
+            return Ok(None);
+        }
+    }
+    let n = mesh.n_cells();
+    let u = VectorFieldFile::read(&dir.join("U_0"), n)?
+        .internal
+        .expand(n);
+    let phi = read_phi(&dir.join("phi_0"), mesh)?.unwrap_or_default();
+    // The step that reached the start time: `deltaT` of its record.
+    let dt = match UniformTime::read(dir, 0.0, delta_t)? {
+        Some(time) => time.delta_t,
+        None => delta_t,
+    };
+    Ok(Some(OldTime { u, phi, dt }))
+}
+
 fn read_phi(path: &Path, mesh: &Mesh) -> Result<Option<Vec<f64>>, CaseError> {
     if !(path.is_file() || crate::foam::gz_path(path).is_file()) {
         return Ok(None);
@@ -481,6 +546,10 @@ pub struct TransientSummary {
     pub timing: StepTiming,
     /// The VTK series written (`VTK/NAME.pvd`), when one was.
     pub vtk_series: Option<PathBuf>,
+    /// Why the run counts as not converged (exit code 1): linear solves that
+    /// stopped at `maxIter` short of their tolerance (a solve with tolerance
+    /// and relTol 0 runs maxIter iterations by design).
+    pub not_converged: Option<String>,
 }
 
 /// The case's state at its start time on `mesh` (with its `geometry`): the
@@ -504,6 +573,7 @@ pub fn transient_state<'m>(
     .map_err(|e| CaseError::from_flow(&setup.origin, e))?;
     piso.time = setup.start;
     piso.step = (setup.start / setup.delta_t).round() as usize;
+    piso.old = setup.initial_old.clone();
     Ok(piso)
 }
 
@@ -560,6 +630,7 @@ pub fn run_transient_case(
     };
     let (p_solver, p_final) = (setup.pressure_solver, setup.pressure_final);
     let mut p_iterations = 0;
+    let mut short_solves = ShortSolves::default();
     let pressure_seconds = Cell::new(0.0);
     let gamg_cache = timings::timed(Phase::DeviceSetup, || match device_step {
         Some(_) => gamg_cache(mesh, &geometry, &[]),
@@ -595,16 +666,46 @@ pub fn run_transient_case(
         None => None,
     };
     drop(output);
+    // The time names' precision, raised where a step's time would take the
+    // name of the one before (OpenFOAM's Time::operator++), so that no write
+    // replaces an earlier time's directory.
+    let time_precision = Cell::new(setup.foam.time_precision);
     // Every write time: the time directory, then its step of the series.
     let mut write = |piso: &Piso| -> Result<(), CaseError> {
-        let paths = crate::flow::output::write_time_directory_at(
+        let foam = FoamWriteOptions {
+            time_precision: time_precision.get(),
+            ..setup.foam
+        };
+        let mut paths = crate::flow::output::write_time_directory_at(
             &setup.case_dir,
             piso.time,
             &piso.simple,
             &velocity,
             &pressure,
-            &setup.foam,
+            &foam,
         )?;
+        // What a restart from this time reads besides the fields: backward's
+        // older level (OpenFOAM's U_0, phi_0) and the time's Δt0.
+        if let (DdtScheme::Backward, Some(old)) = (setup.transient.ddt, &piso.old) {
+            paths.extend(crate::flow::output::write_old_time_level(
+                &setup.case_dir,
+                piso.time,
+                &piso.simple,
+                &velocity,
+                old,
+                &foam,
+            )?);
+        }
+        // Δt of the step that reached the time (the one before it is not
+        // kept: deltaT0 repeats it, which a restart does not read).
+        let last_dt = piso.old.as_ref().map_or(piso.dt, |old| old.dt);
+        let time = UniformTime {
+            time: piso.time,
+            index: piso.step,
+            delta_t: last_dt,
+            delta_t0: last_dt,
+        };
+        paths.push(time.write(&setup.case_dir, &foam)?);
         for path in paths {
             log::info!("Writing {}", path.display());
         }
@@ -614,20 +715,22 @@ pub fn run_transient_case(
         }
         Ok(())
     };
+    // Write times passed since the start (writes by time with adjustTimeStep).
+    let mut writes_passed = 0;
+    let pimple = setup.application == Application::PimpleFoam;
+    if pimple {
+        // pimpleFoam's CourantNo.H and setInitialDeltaT.H, ahead of its loop.
+        let courant = logged_courant(&piso, &mut device_step)?;
+        if let Some(control) = setup.adjust_time_step {
+            piso.dt = control.initial_delta_t(piso.dt, courant.1, writes_passed);
+        }
+    }
     log::info!("Starting time loop");
     let start_step = piso.step;
     let mut step_seconds = 0.0;
     // The first step also compiles kernels and allocates: the steady cost
     // per step is the mean of the others.
     let mut first_step_seconds = None;
-    // Write times passed since the start (writes by time with adjustTimeStep).
-    let mut writes_passed = 0;
-    if let Some(control) = setup.adjust_time_step {
-        // pimpleFoam's setInitialDeltaT.H.
-        let courant = logged_courant(&piso, &mut device_step)?;
-        piso.dt = control.initial_delta_t(piso.dt, courant.1, writes_passed);
-    }
-    let pimple = setup.application == Application::PimpleFoam;
     while piso.time < setup.end - 0.5 * piso.dt {
         let step_clock = Instant::now();
         // The step is assembly, less its linear solves (their own phase
@@ -637,10 +740,17 @@ pub fn run_transient_case(
         // icoFoam logs the time, then the Courant number of the step;
         // pimpleFoam the Courant number, the adjusted Δt, then the time.
         let log_time = |piso: &Piso| {
-            log::info!(
-                "Time = {}",
-                time_name(piso.time + piso.dt, setup.foam.time_precision)
-            )
+            let (time, precision) = (piso.time + piso.dt, time_precision.get());
+            let distinct = distinct_time_precision(piso.time, time, precision);
+            if distinct != precision {
+                log::warn!(
+                    "Increased the timePrecision from {precision} to {distinct} to distinguish \
+                     between timeNames at time {}",
+                    time_name(time, distinct)
+                );
+                time_precision.set(distinct);
+            }
+            log::info!("Time = {}", time_name(time, distinct))
         };
         if !pimple {
             log_time(&piso);
@@ -663,8 +773,10 @@ pub fn run_transient_case(
         step_seconds += this_step;
         first_step_seconds.get_or_insert(this_step);
         p_iterations += report.p_solves.iter().map(|p| p.iterations).sum::<usize>();
+        short_solves.count(&report, setup);
         let output = timings::enter(Phase::Output);
         if let Some(log) = &mut residual_log {
+            log.time_precision = time_precision.get();
             log.append(&report)?;
         }
         let write_now = match setup.write_time_interval {
@@ -784,7 +896,53 @@ pub fn run_transient_case(
         device_step: device_step.is_some(),
         timing,
         vtk_series: vtk.as_ref().map(VtkSeries::pvd_path),
+        not_converged: short_solves.why(),
     })
+}
+
+/// The linear solves of a run and those that stopped at `maxIter` short of
+/// their tolerance.
+#[derive(Default)]
+struct ShortSolves {
+    solves: usize,
+    short: usize,
+}
+
+impl ShortSolves {
+    /// The step's solves: one counts as short when it did not converge and
+    /// its controls (the `p`/`pFinal`, `U`/`UFinal` ones whose `maxIter` it
+    /// ran) ask for a tolerance.
+    fn count(&mut self, report: &StepReport, setup: &TransientSetup) {
+        let p = [
+            &setup.pressure_solver.controls,
+            &setup.pressure_final.controls,
+        ];
+        let u = [
+            &setup.settings.momentum.controls,
+            &setup.transient.momentum_final.controls,
+        ];
+        let solves = (report.p_solves.iter().map(|perf| (perf, p)))
+            .chain(report.u_solves.iter().map(|(_, perf)| (perf, u)));
+        for (perf, controls) in solves {
+            self.solves += 1;
+            let by_design = match controls.iter().find(|c| c.max_iter == perf.iterations) {
+                Some(ran) => ran.fixed_iterations(),
+                // Ended before maxIter unconverged: a fixed-iteration solve
+                // whose residual reached zero.
+                None => controls.iter().any(|c| c.fixed_iterations()),
+            };
+            self.short += usize::from(!perf.converged && !by_design);
+        }
+    }
+
+    fn why(&self) -> Option<String> {
+        (self.short > 0).then(|| {
+            format!(
+                "{} of {} linear solves stopped at maxIter short of their tolerance",
+                self.short, self.solves
+            )
+        })
+    }
 }
 
 /// The Courant number of the current fluxes and Δt (on the device where
@@ -884,7 +1042,7 @@ fn device_piso<'g>(
 /// then the same for p; the first solve of each field in the step.
 struct ResidualLog {
     path: PathBuf,
-    text: String,
+    /// The time column's precision (raised with the time directories').
     time_precision: usize,
     /// `writePrecision`.
     precision: usize,
@@ -894,14 +1052,18 @@ struct ResidualLog {
     with_u: bool,
 }
 
-/// Width OpenFOAM pads the time column and the header names to.
-const COLUMN: usize = 14;
+/// Width OpenFOAM pads the time column and the header names to: the write
+/// precision and 8 (14 at the default 6).
+fn column_width(precision: usize) -> usize {
+    precision + 8
+}
 
 /// `x` as OpenFOAM's solverInfo writes it: rounded to the write precision's
-/// significant digits, then as C's `%e` (`8.905110e-06`).
+/// significant digits, then in scientific notation with as many decimals
+/// (`8.905110e-06` at the default 6).
 fn format_e(x: f64, precision: usize) -> String {
     let rounded: f64 = format_general(x, precision).parse().unwrap_or(x);
-    format_scientific(rounded, 6)
+    format_scientific(rounded, precision)
 }
 
 impl ResidualLog {
@@ -924,14 +1086,16 @@ impl ResidualLog {
         names.extend(
             ["p_solver", "p_initial", "p_final", "p_iters", "p_converged"].map(String::from),
         );
-        let mut text = format!("# Solver information\n{:<COLUMN$}", "# Time");
+        let width = column_width(setup.foam.precision);
+        let mut text = format!("# Solver information\n{:<width$}", "# Time");
         for name in names {
-            text += &format!("\t{name:<COLUMN$}");
+            text += &format!("\t{name:<width$}");
         }
         text.push('\n');
+        let path = dir.join("solverInfo.dat");
+        std::fs::write(&path, text).map_err(|e| crate::mesh::MeshError::io(&path, e))?;
         Ok(Self {
-            path: dir.join("solverInfo.dat"),
-            text,
+            path,
             time_precision: setup.foam.time_precision,
             precision: setup.foam.precision,
             solvers: setup.solver_names.clone(),
@@ -939,8 +1103,11 @@ impl ResidualLog {
         })
     }
 
+    /// Appends the step's line (the file is not rewritten: a long run's
+    /// steps cost the same, and a run stopped midway leaves its lines).
     fn append(&mut self, report: &StepReport) -> Result<(), CaseError> {
-        let mut line = format!("{:<COLUMN$}", time_name(report.time, self.time_precision));
+        let width = column_width(self.precision);
+        let mut line = format!("{:<width$}", time_name(report.time, self.time_precision));
         if self.with_u {
             line += &format!("\t{}", self.solvers[0]);
             for (_, perf) in &report.u_solves {
@@ -965,10 +1132,13 @@ impl ResidualLog {
                 p.converged
             );
         }
-        self.text += &line;
-        self.text.push('\n');
-        std::fs::write(&self.path, &self.text)
-            .map_err(|e| CaseError::Mesh(crate::mesh::MeshError::io(&self.path, e)))
+        line.push('\n');
+        let io = |e| CaseError::Mesh(crate::mesh::MeshError::io(&self.path, e));
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(io)?;
+        std::io::Write::write_all(&mut file, line.as_bytes()).map_err(io)
     }
 }
 

@@ -302,8 +302,8 @@ impl Reader {
         let solver = self.solver(&solution)?;
         let gamma = read_diffusivity(&transport)?;
 
-        let start_dir = time_name(timing.start, foam.time_precision);
-        let field = ScalarFieldFile::read(&self.dir.join(&start_dir).join(FIELD), mesh.n_cells())?;
+        let start_dir = self.time_directory(timing.start, foam.time_precision);
+        let field = ScalarFieldFile::read(&start_dir.join(FIELD), mesh.n_cells())?;
         let boundary = read_boundary(&field, &mesh)?;
         let (source, implicit_source) = self.sources(&mesh)?;
 
@@ -427,6 +427,26 @@ impl Reader {
             delta_t,
             write_every,
         })
+    }
+
+    /// The directory of `time`: a numeric directory of the case whose name
+    /// reads as `time` however it was written (`0.000`, `2.7003072` where
+    /// this precision names it `2.70031`), else the name of `time` at
+    /// `precision` (which may not exist yet).
+    pub(super) fn time_directory(&self, time: f64, precision: usize) -> PathBuf {
+        let found = std::fs::read_dir(&self.dir).ok().and_then(|entries| {
+            entries.filter_map(Result::ok).find(|e| {
+                e.path().is_dir()
+                    && e.file_name()
+                        .to_str()
+                        .and_then(|name| name.parse::<f64>().ok())
+                        .is_some_and(|t| (t - time).abs() <= 1e-12 * time.abs().max(1.0))
+            })
+        });
+        match found {
+            Some(entry) => entry.path(),
+            None => self.dir.join(time_name(time, precision)),
+        }
     }
 
     /// Numeric directory names of the case, sorted.

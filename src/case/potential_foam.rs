@@ -484,7 +484,7 @@ impl PotentialFoamCase {
         })?);
         if self.options.write_flux {
             written.push(timings::timed(Phase::Output, || {
-                write_flux(case_dir, start, mesh, &flow_result.phi, &write)
+                write_flux(case_dir, start, mesh, "phi", &flow_result.phi, &write)
             })?);
         }
         if self.options.write_potential {

@@ -27,9 +27,7 @@ use crate::flow::simple::{Convection, ResidualControl, SimpleSettings};
 use crate::flow::{VectorValues, VelocityCondition};
 use crate::foam::{FoamDict, FoamEntry, Value, ValueKind};
 use crate::fvm::{BoundaryCondition, PatchValues, Schemes};
-use crate::io::foam_field::{
-    time_name, FieldValues, ScalarFieldFile, VectorFieldFile, VectorFieldValues,
-};
+use crate::io::foam_field::{FieldValues, ScalarFieldFile, VectorFieldFile, VectorFieldValues};
 use crate::mesh::{Mesh, MeshSource, Patch, Vec3};
 use std::path::Path;
 
@@ -127,7 +125,7 @@ fn read(r: &mut Reader) -> Result<(FlowSetup, Mesh), CaseError> {
     read_simple_dict(r, &solution, &mut settings)?;
     read_relaxation(r, &solution, &mut settings)?;
 
-    let start_dir = r.dir.join(time_name(timing.start, foam.time_precision));
+    let start_dir = r.time_directory(timing.start, foam.time_precision);
     let u_file = VectorFieldFile::read(&start_dir.join("U"), n)?;
     let p_file = ScalarFieldFile::read(&start_dir.join("p"), n)?;
     let boundary = read_boundary(r, &mesh, &u_file, &p_file)?;

@@ -5,6 +5,7 @@
 //! and p per patch: one step of a steady run, or a step per write time of a
 //! transient one), or U, p and φ as an OpenFOAM time directory.
 
+use super::piso::OldTime;
 use super::simple::{IterationReport, Simple};
 use super::VelocityCondition;
 use crate::fvm::BoundaryCondition;
@@ -225,14 +226,7 @@ pub fn write_time_directory_at(
         mesh,
         options,
     };
-    let u_types = written_patch_types(mesh, velocity.iter().map(VelocityCondition::foam_name));
-    let u = directory.write_volume(
-        "U",
-        &simple.u,
-        &u_types,
-        &simple.boundary_velocity(),
-        U_DIMENSIONS,
-    )?;
+    let u = write_velocity(&directory, simple, velocity, "U", &simple.u)?;
     let p_types = written_patch_types(mesh, pressure.iter().map(BoundaryCondition::foam_name));
     let p = directory.write_volume(
         "p",
@@ -241,17 +235,57 @@ pub fn write_time_directory_at(
         &simple.boundary_pressure(),
         P_DIMENSIONS,
     )?;
-    let phi = write_flux(case_dir, time, mesh, &simple.phi, options)?;
+    let phi = write_flux(case_dir, time, mesh, "phi", &simple.phi, options)?;
     Ok(vec![u, p, phi])
 }
 
+/// Writes the backward scheme's old-time level beside [`write_time_directory_at`]'s
+/// fields as OpenFOAM does: `U_0` and `phi_0`, the velocity and flux of the time
+/// before `time` (`old`), so that a restart from `time` continues with
+/// second-order steps; returns the paths written.
+pub fn write_old_time_level(
+    case_dir: &Path,
+    time: f64,
+    simple: &Simple,
+    velocity: &[VelocityCondition],
+    old: &OldTime,
+    options: &FoamWriteOptions,
+) -> Result<Vec<PathBuf>, OutputError> {
+    let directory = TimeDirectory {
+        case_dir,
+        time,
+        mesh: simple.mesh(),
+        options,
+    };
+    let u = write_velocity(&directory, simple, velocity, "U_0", &old.u)?;
+    let phi = write_flux(case_dir, time, simple.mesh(), "phi_0", &old.phi, options)?;
+    Ok(vec![u, phi])
+}
+
+/// Writes the velocity `u` as `name` into `directory`: the `velocity`
+/// conditions' types, with their boundary values of `u`.
+fn write_velocity(
+    directory: &TimeDirectory,
+    simple: &Simple,
+    velocity: &[VelocityCondition],
+    name: &str,
+    u: &[Vec3],
+) -> Result<PathBuf, OutputError> {
+    let types = written_patch_types(
+        directory.mesh,
+        velocity.iter().map(VelocityCondition::foam_name),
+    );
+    directory.write_volume(name, u, &types, &simple.boundary_values(u), U_DIMENSIONS)
+}
+
 /// Writes the face flux `phi` (internal faces, then boundary faces in face
-/// order) as `<case_dir>/<time name>/phi`, a surfaceScalarField with
+/// order) as `<case_dir>/<time name>/<name>`, a surfaceScalarField with
 /// [`flux_patch_types`]; returns the path written.
 pub(crate) fn write_flux(
     case_dir: &Path,
     time: f64,
     mesh: &Mesh,
+    name: &str,
     phi: &[f64],
     options: &FoamWriteOptions,
 ) -> Result<PathBuf, OutputError> {
@@ -264,7 +298,7 @@ pub(crate) fn write_flux(
         options,
     };
     let field = FieldOutput {
-        name: "phi",
+        name,
         internal: &phi[..first],
         patch_types: &phi_types,
         boundary_values: &phi[first..],

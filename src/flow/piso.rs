@@ -120,6 +120,9 @@ pub struct TransientSettings {
     pub convection: TransientConvection,
     /// `nOuterCorrectors` (1: PISO).
     pub n_outer_correctors: usize,
+    /// pimpleFoam's loop: its log names every outer corrector (`PIMPLE:
+    /// iteration 1` with one as well); icoFoam's does not.
+    pub pimple: bool,
     /// `nCorrectors`: pressure correctors per outer corrector.
     pub n_correctors: usize,
     pub momentum_predictor: bool,
@@ -148,6 +151,7 @@ impl TransientSettings {
             ddt: DdtScheme::Euler,
             convection,
             n_outer_correctors: 1,
+            pimple: false,
             n_correctors,
             momentum_predictor: true,
             momentum_final: momentum,
@@ -634,7 +638,7 @@ impl<'m> Piso<'m> {
         for outer in 0..n_outer {
             outer_done = outer + 1;
             let corrector_settings = self.settings.outer_corrector(outer);
-            if n_outer > 1 {
+            if self.settings.pimple || n_outer > 1 {
                 log::info!("PIMPLE: iteration {}", outer + 1);
             }
             let momentum_clock = std::time::Instant::now();

@@ -691,7 +691,7 @@ impl<'m> Simple<'m> {
 
     /// Face values of a cell vector field on the boundary faces by the
     /// velocity conditions (value = valueInternal·x_P + valueBoundary per component).
-    fn boundary_values(&self, x: &[Vec3]) -> Vec<Vec3> {
+    pub fn boundary_values(&self, x: &[Vec3]) -> Vec<Vec3> {
         let mesh = self.mesh;
         let first = mesh.n_internal_faces();
         let mut out = vec![Vec3::zeros(); mesh.n_faces() - first];

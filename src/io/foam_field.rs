@@ -346,6 +346,18 @@ pub fn time_name(time: f64, precision: usize) -> String {
     format_general(time, precision)
 }
 
+/// The precision, `precision` or more (at most 17, which names every
+/// double apart), at which `time` is named apart from `previous`: OpenFOAM
+/// raises `timePrecision` so when a step's time would take the name of the
+/// one before (and its directory).
+pub fn distinct_time_precision(previous: f64, time: f64, precision: usize) -> usize {
+    let mut digits = precision;
+    while digits < 17 && time_name(time, digits) == time_name(previous, digits) {
+        digits += 1;
+    }
+    digits
+}
+
 /// `x` rounded to `digits` significant digits, as OpenFOAM's `writePrecision`
 /// prints it; unchanged from 17 digits on, which represent every double.
 ///
@@ -488,6 +500,91 @@ impl TimeDirectory<'_> {
             boundary_values,
         };
         self.write(&field, false, dimensions)
+    }
+}
+
+/// The time's own record that OpenFOAM keeps beside its fields,
+/// `<time name>/uniform/time`: a transient run's step index and the Δt of
+/// the step that reached the time (`deltaT`: what the backward scheme's
+/// first step after a restart takes as the step before it; OpenFOAM's
+/// restart moves it into its `deltaT0`) and of the one before that
+/// (`deltaT0`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct UniformTime {
+    pub time: f64,
+    pub index: usize,
+    pub delta_t: f64,
+    pub delta_t0: f64,
+}
+
+impl UniformTime {
+    /// Writes `<case_dir>/<time name>/uniform/time` (ascii, values to the
+    /// last bit), atomically; returns the path written.
+    pub fn write(
+        &self,
+        case_dir: &Path,
+        options: &FoamWriteOptions,
+    ) -> Result<PathBuf, OutputError> {
+        let name = time_name(self.time, options.time_precision);
+        let dir = case_dir.join(&name).join("uniform");
+        create_dir_all(&dir)?;
+        let location = format!("{name}/uniform");
+        let scalar = |x: f64| {
+            let mut s = String::new();
+            format_scalar(x, &mut s);
+            s
+        };
+        let content = |w: &mut dyn Write| -> io::Result<()> {
+            write_header(
+                w,
+                &HeaderSpec {
+                    format: FoamFormat::Ascii,
+                    class: "dictionary",
+                    note: None,
+                    location: &location,
+                    object: "time",
+                },
+            )?;
+            writeln!(w, "{:<15} {};\n", "value", scalar(self.time))?;
+            writeln!(w, "{:<15} \"{name}\";\n", "name")?;
+            writeln!(w, "{:<15} {};\n", "index", self.index)?;
+            writeln!(w, "{:<15} {};\n", "deltaT", scalar(self.delta_t))?;
+            writeln!(w, "{:<15} {};", "deltaT0", scalar(self.delta_t0))?;
+            write_footer(w)
+        };
+        write_atomic(&dir.join("time"), false, content).map_err(|e| match e {
+            MeshError::Io { path, source } => OutputError::Io { path, source },
+            other => OutputError::invalid(other.to_string()),
+        })
+    }
+
+    /// Reads `<time_dir>/uniform/time` where it exists (`None` where it
+    /// does not): its `deltaT` and `deltaT0` (`deltaT0` defaults to
+    /// `deltaT`, and both to `delta_t`), `index` (else 0) and `value`
+    /// (else `time`).
+    pub fn read(time_dir: &Path, time: f64, delta_t: f64) -> Result<Option<Self>, MeshError> {
+        let path = time_dir.join("uniform").join("time");
+        if !(path.is_file() || crate::foam::gz_path(&path).is_file()) {
+            return Ok(None);
+        }
+        let dict = FoamDict::read(&path)?;
+        let positive = |key: &str, default: f64| -> Result<f64, MeshError> {
+            let value = dict.get_or(key, default)?;
+            if value.is_finite() && value > 0.0 {
+                Ok(value)
+            } else {
+                Err(dict.error(format!("{key} is {value}; it must be a positive number")))
+            }
+        };
+        let delta_t = positive("deltaT", delta_t)?;
+        let delta_t0 = positive("deltaT0", delta_t)?;
+        dict.ignore("name");
+        Ok(Some(Self {
+            time: dict.get_or("value", time)?,
+            index: dict.get_or("index", 0usize)?,
+            delta_t,
+            delta_t0,
+        }))
     }
 }
 

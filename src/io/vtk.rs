@@ -400,7 +400,8 @@ impl<'m> VtkSeries<'m> {
     /// them (step `k` in `NAME_00000k.vtm`), the series starts anew (logged).
     pub fn continuing_until(mut self, time: f64) -> Self {
         let path = self.pvd_path();
-        let Ok(text) = std::fs::read_to_string(&path) else {
+        // Not a regular file (a FIFO would block the read): no listing.
+        let Ok(text) = crate::limits::read_regular_text(&path) else {
             return self;
         };
         // The listed times are `{:?}` of the run's f64 time, the restart time

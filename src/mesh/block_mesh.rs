@@ -1013,6 +1013,32 @@ fn sorted_key(mut face: [Label; 4]) -> [Label; 4] {
 }
 
 /// `blocks ( hex (v0 … v7) [zone] (nx ny nz) simpleGrading (…) … )`.
+/// Bytes a hexahedral cell of the mesh takes while it is built (points,
+/// faces with their owner and neighbour, the shared-face merge's maps).
+const BYTES_PER_BUILT_CELL: u128 = 400;
+
+/// `Err` when block `b`'s counts `n` ask for more points than a label
+/// numbers or more memory than this machine has: refused before the points
+/// are allocated.
+fn check_block_size(b: usize, n: &[usize]) -> Result<(), String> {
+    let cells: u128 = n.iter().map(|&c| c as u128).product();
+    let points: u128 = n.iter().map(|&c| c as u128 + 1).product();
+    if points > Label::MAX as u128 {
+        return Err(format!(
+            "block {b}: {} cells ({} points), more than the {} points a mesh can number; \
+             use fewer cells",
+            cells,
+            points,
+            Label::MAX
+        ));
+    }
+    crate::limits::check_memory(cells * BYTES_PER_BUILT_CELL, || {
+        format!("block {b}: {cells} cells")
+    })
+    .map(|_| ())
+    .map_err(|m| format!("{m}; use fewer cells"))
+}
+
 fn read_blocks(
     file: &Path,
     value: &Value,
@@ -1075,6 +1101,7 @@ fn read_blocks(
                 format!("block {b}: every cell count must be at least 1"),
             ));
         }
+        check_block_size(b, &n).map_err(|msg| parse_err(file, counts.line, msg))?;
         tail = t;
         let uniform = || {
             vec![Section {
@@ -1398,6 +1425,33 @@ mod tests {
             let matched = description.mesh_with(true).unwrap();
             assert!(by_blocks.n_internal_faces() > 0, "{name}");
             assert_eq!(by_blocks, matched, "{name}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Counts no machine could hold, or no label could number, are refused
+    /// at their line before any point is allocated.
+    #[test]
+    fn absurd_cell_counts_are_refused_at_their_line() {
+        let dir = crate::test_support::unique_temp_dir("fvpoisson_block_sizes");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (counts, expected) in [
+            ("(1600 1600 1600)", "of memory"),
+            ("(100000 100000 100000)", "points a mesh can number"),
+            ("(4294967296 4294967296 1)", "points a mesh can number"),
+        ] {
+            let path = dir.join("blockMeshDict");
+            let text = format!(
+                "vertices ( (0 0 0) (1 0 0) (1 1 0) (0 1 0) (0 0 1) (1 0 1) (1 1 1) (0 1 1) );\n\
+                 blocks\n(\n    hex (0 1 2 3 4 5 6 7) {counts} simpleGrading (1 1 1)\n);\n\
+                 boundary ( );"
+            );
+            std::fs::write(&path, text).unwrap();
+            let e = read_block_mesh_dict(&path).unwrap_err().to_string();
+            assert!(
+                e.contains(expected) && e.contains("blockMeshDict") && e.contains(":4"),
+                "{counts}: {e}"
+            );
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -303,6 +303,24 @@ fn parse_coordinate(lines: &mut Lines<'_>, header: &Header, rows: Rows) -> Resul
             ),
         });
     }
+    if rows == Rows::Filled {
+        let mut has_entry = vec![false; n_rows];
+        for &(r, _, _) in &triplets {
+            has_entry[r as usize] = true;
+        }
+        let empty = has_entry.iter().filter(|&&e| !e).count();
+        if let Some(first) = has_entry.iter().position(|&e| !e) {
+            return Err(MtxError::Parse {
+                file: lines.file.to_path_buf(),
+                line: size_line,
+                msg: format!(
+                    "row {} has no entry ({empty} of {n_rows} rows have none): the matrix is \
+                     singular; check the entries or the size line",
+                    first + 1
+                ),
+            });
+        }
+    }
     Csr::from_triplets(n_rows, n_cols, triplets).map_err(|msg| lines.error(msg))
 }
 

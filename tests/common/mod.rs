@@ -430,3 +430,17 @@ pub fn range_difference(a: &[f64], b: &[f64]) -> f64 {
         .fold(0.0, f64::max)
         / (hi - lo).max(f64::MIN_POSITIVE)
 }
+
+/// `dir`'s `system/fvSchemes` with `ddtSchemes { default backward; }` in
+/// place of the shipped cavity's Euler.
+#[allow(dead_code)] // not every test that shares this module steps in time
+pub fn backward_time_steps(dir: &std::path::Path) {
+    let path = dir.join("system/fvSchemes");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("default         Euler;"), "{text}");
+    std::fs::write(
+        &path,
+        text.replacen("default         Euler;", "default backward;", 1),
+    )
+    .unwrap();
+}

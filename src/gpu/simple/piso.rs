@@ -64,11 +64,13 @@ use super::{
     DeviceMomentum, DevicePhaseSeconds, DevicePressureSolver, DeviceSimple, Lap,
 };
 use crate::flow::piso::{
-    ddt_coefficients, log_courant, max_initial_residual, Piso, StepReport, TransientSettings,
+    ddt_coefficients, log_courant, max_initial_residual, DdtScheme, OldTime, Piso, StepReport,
+    TransientSettings,
 };
 use crate::flow::FlowError;
 use crate::gpu::assembly::AssemblyError;
 use crate::gpu::{arg_or_null, vector_grid, Gpu, GpuError, VECTOR_BLOCK};
+use crate::mesh::Vec3;
 use crate::solve::{SolverControls, SolverPerformance};
 
 /// Threads of the one-block max reduction (`piso_max_reduce`).
@@ -214,7 +216,7 @@ impl<'g> DevicePiso<'g> {
         log::info!(
             "{} step on the GPU: momentum ({}{}), Rhie-Chow, pressure assembly and solves, \
              corrections; fields read back at write times",
-            if settings.n_outer_correctors > 1 {
+            if settings.pimple || settings.n_outer_correctors > 1 {
                 "PIMPLE"
             } else {
                 "PISO"
@@ -233,9 +235,25 @@ impl<'g> DevicePiso<'g> {
             p_controls: pressure.controls,
             p_final_controls,
             central: convection.is_none(),
-            old: levels()?,
+            old: match &piso.old {
+                // A restart's older level: the first step moves it to
+                // `older` (shift_old_levels) and steps with backward.
+                Some(old) => {
+                    let lap = &device.laplacian;
+                    let component = |c: usize| -> Result<CudaSlice<f64>, GpuError> {
+                        let values: Vec<f64> = old.u.iter().map(|u| u[c]).collect();
+                        lap.to_device_order(&values)
+                    };
+                    OldLevels {
+                        u: (0..3).map(component).collect::<Result<_, _>>()?,
+                        phi: gpu.upload(&lap.to_device_faces(&old.phi)?)?,
+                        flux: gpu.zeros(faces)?,
+                    }
+                }
+                None => levels()?,
+            },
             older: levels()?,
-            old_dt: None,
+            old_dt: piso.old.as_ref().map(|old| old.dt),
             fixes_value: gpu.upload(&if fixes_value.is_empty() {
                 vec![0]
             } else {
@@ -278,9 +296,23 @@ impl<'g> DevicePiso<'g> {
         self.device.preconditioner_updates()
     }
 
-    /// U, p and φ of the device into `piso` (mesh order).
+    /// U, p and φ of the device into `piso` (mesh order); with backward,
+    /// after a step, also the older level (`piso.old`: U⁰ and φ⁰ of the
+    /// step made, which the case writes as `U_0` and `phi_0`).
     pub fn download_fields(&mut self, piso: &mut Piso) -> Result<(), GpuError> {
-        self.device.timed_download(&mut piso.simple)
+        self.device.timed_download(&mut piso.simple)?;
+        if let (DdtScheme::Backward, Some(dt)) = (self.settings.ddt, self.old_dt) {
+            let lap = &self.device.laplacian;
+            let mut u = vec![Vec3::zeros(); lap.n()];
+            for (c, level) in self.old.u.iter().enumerate() {
+                for (u, x) in u.iter_mut().zip(lap.to_mesh_order(level)?) {
+                    u[c] = x;
+                }
+            }
+            let phi = lap.to_mesh_faces(&self.old.phi)?;
+            piso.old = Some(OldTime { u, phi, dt });
+        }
+        Ok(())
     }
 
     /// `CourantNo.H` of the resident φ for `dt`: (mean, max).
@@ -526,7 +558,7 @@ impl<'g> DevicePiso<'g> {
         for outer in 0..settings.n_outer_correctors {
             outer_done = outer + 1;
             let corrector = settings.outer_corrector(outer);
-            if settings.n_outer_correctors > 1 {
+            if settings.pimple || settings.n_outer_correctors > 1 {
                 log::info!("PIMPLE: iteration {}", outer + 1);
             }
             let solver = if corrector.final_momentum {
