@@ -121,8 +121,9 @@ pub struct TransientSetup {
     /// U, p (per cell) and φ (every face, when the start time has `phi`).
     pub initial: (Vec<Vec3>, Vec<f64>, Option<Vec<f64>>),
     /// Backward's level before the start time, where the start time has
-    /// `U_0` and `phi_0` (with Δt0 from `uniform/time`): the first step is
-    /// then a second-order one, as the run that wrote them would have made.
+    /// `U_0` and `phi_0` (with the Δt between the two from `uniform/time`):
+    /// the first step is then a second-order one, as the run that wrote them
+    /// would have made.
     pub initial_old: Option<OldTime>,
     /// `residuals` function object: write `postProcessing/residuals/<start>/solverInfo.dat`.
     pub residuals: bool,
@@ -462,14 +463,11 @@ fn read_pimple_relaxation(
     Ok(())
 }
 
-/// `phi` of the start time, when written: internal faces, then every
-/// patch's `value` (0 on empty patches).
 /// Backward's older level at the start time `dir`, as OpenFOAM writes it
 /// with backward: `U_0` and `phi_0` (the velocity and flux of the time
 /// before), the Δt between the two times from `uniform/time` (else
-/// `delta_t`). `None` without them
-/// (the first step is then an Euler one, as OpenFOAM's); with one of the two
-/// files only, a warning says so.
+/// `delta_t`). `None` without them (the first step is then an Euler one, as
+/// OpenFOAM's); with one of the two files only, a warning says so.
 fn read_old_level(
     r: &mut Reader,
     dir: &Path,
@@ -510,6 +508,8 @@ fn read_old_level(
     Ok(Some(OldTime { u, phi, dt }))
 }
 
+/// `phi` of the start time, when written: internal faces, then every
+/// patch's `value` (0 on empty patches).
 fn read_phi(path: &Path, mesh: &Mesh) -> Result<Option<Vec<f64>>, CaseError> {
     if !(path.is_file() || crate::foam::gz_path(path).is_file()) {
         return Ok(None);
@@ -685,7 +685,7 @@ pub fn run_transient_case(
             &foam,
         )?;
         // What a restart from this time reads besides the fields: backward's
-        // older level (OpenFOAM's U_0, phi_0) and the time's Δt0.
+        // older level (OpenFOAM's U_0, phi_0) and the Δt that reached it.
         if let (DdtScheme::Backward, Some(old)) = (setup.transient.ddt, &piso.old) {
             paths.extend(crate::flow::output::write_old_time_level(
                 &setup.case_dir,
