@@ -68,6 +68,28 @@ fn field_min_max_and_probes_write_as_openfoam() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// v1912 runs a fieldMinMax's fields in sorted order: `fields (p U)`
+/// writes what `fields (U p)` writes.
+#[test]
+fn field_min_max_takes_its_fields_in_sorted_order() {
+    let reference = common::repo("tests/data/function_objects");
+    let functions = std::fs::read_to_string(reference.join("functions")).unwrap();
+    let reordered = functions.replace("fields          (U p);", "fields          (p U);");
+    assert_ne!(reordered, functions);
+    let dir = cavity_with("fo_order", &reordered);
+    let out = common::fvpoisson(&["run", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    for file in [
+        "postProcessing/minMaxMagnitude/0/fieldMinMax.dat",
+        "postProcessing/minMaxComponents/0/fieldMinMax.dat",
+    ] {
+        let ours = std::fs::read_to_string(dir.join(file)).unwrap();
+        let foam = std::fs::read_to_string(reference.join(file)).unwrap();
+        assert_eq!(ours, foam, "{file}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn write_interval_in_run_time_and_write_times_chooses_the_steps() {
     // runTime 0.01 = every 2 steps; writeTime 1 with writeInterval 20 of the

@@ -444,6 +444,21 @@ fn solves_stopped_at_max_iter_make_the_run_unconverged() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A start at or past the end runs no step and names no VTK series.
+#[test]
+fn a_start_past_the_end_runs_no_step_and_writes_no_series() {
+    let dir = case_copy(
+        "cavity_ico",
+        "start_past_end",
+        &[("startTime", "0.5"), ("endTime", "0.1")],
+    );
+    common::copy_dir(&dir.join("0"), &dir.join("0.5"));
+    let summary = run(&dir);
+    assert_eq!(summary.steps, 0);
+    assert_eq!(summary.vtk_series, None);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn residuals_function_object_writes_solver_info_as_openfoam() {
     let dir = case_copy("cavity_ico", "residuals", &[("endTime", "0.015")]);

@@ -145,7 +145,8 @@ pub(super) fn read_functions(
                 )?;
                 objects.field_min_max.push(FieldMinMax {
                     name: e.key().to_string(),
-                    fields: field_names(dict)?,
+                    // v1912 runs the fields in sorted order, whatever order they are given in.
+                    fields: sorted(field_names(dict)?),
                     mode,
                     location: dict.get_or("location", true)?,
                     every: steps_between(dict, write_every, delta_t)?,
@@ -200,6 +201,11 @@ fn common_entries(r: &mut Reader, dict: &FoamDict) {
         dict.ignore(key);
     }
     r.warn_unread(dict);
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
 }
 
 /// `fields (U p)`: each of U and p.

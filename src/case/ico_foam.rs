@@ -875,6 +875,8 @@ pub fn run_transient_case(
             1e3 * first
         );
     }
+    // A run that wrote no step (its start at or past its end) names no series.
+    let vtk = vtk.filter(|series| series.n_steps() > 0);
     if let Some(series) = &vtk {
         log::info!(
             "Wrote {} VTK step(s), {:.1} MB ({}) in {:.2} s: {}",
