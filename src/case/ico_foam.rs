@@ -474,10 +474,7 @@ fn read_old_level(
     mesh: &Mesh,
     delta_t: f64,
 ) -> Result<Option<OldTime>, CaseError> {
-    let present = |name: &str| {
-        let path = dir.join(name);
-        path.is_file() || crate::foam::gz_path(&path).is_file()
-    };
+    let present = |name: &str| crate::foam::file_or_gz_exists(&dir.join(name));
     match (present("U_0"), present("phi_0")) {
         (false, false) => return Ok(None),
         (true, true) => {}
@@ -511,7 +508,7 @@ fn read_old_level(
 /// `phi` of the start time, when written: internal faces, then every
 /// patch's `value` (0 on empty patches).
 fn read_phi(path: &Path, mesh: &Mesh) -> Result<Option<Vec<f64>>, CaseError> {
-    if !(path.is_file() || crate::foam::gz_path(path).is_file()) {
+    if !crate::foam::file_or_gz_exists(path) {
         return Ok(None);
     }
     let file = ScalarFieldFile::read_class(path, "surfaceScalarField", mesh.n_internal_faces())?;

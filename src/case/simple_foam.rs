@@ -214,7 +214,7 @@ pub(super) fn momentum_transport(case_dir: &Path) -> Result<Option<FoamDict>, Ca
     let found = names
         .iter()
         .map(|rel| case_dir.join(rel))
-        .find(|path| path.is_file() || crate::foam::gz_path(path).is_file());
+        .find(|path| crate::foam::file_or_gz_exists(path));
     Ok(match found {
         Some(path) => Some(FoamDict::read(&path)?),
         None => None,

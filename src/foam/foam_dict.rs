@@ -637,7 +637,7 @@ impl Expander {
                     )));
                 }
                 let path = file.parent().unwrap_or(Path::new(".")).join(rel);
-                if name != "include" && !path.is_file() && !super::gz_path(&path).is_file() {
+                if name != "include" && !super::file_or_gz_exists(&path) {
                     return Ok(());
                 }
                 if include_depth >= MAX_INCLUDE_DEPTH {

@@ -239,6 +239,12 @@ pub fn read_maybe_gz(path: &Path) -> Result<(PathBuf, Vec<u8>), MeshError> {
     Ok((actual, out))
 }
 
+/// Whether `path` is a file OpenFOAM would read there: the file itself or
+/// its gzip-compressed `path.gz`.
+pub fn file_or_gz_exists(path: &Path) -> bool {
+    path.is_file() || gz_path(path).is_file()
+}
+
 /// `path` with `.gz` appended.
 pub fn gz_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();

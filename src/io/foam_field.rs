@@ -552,10 +552,7 @@ impl UniformTime {
             writeln!(w, "{:<15} {};", "deltaT0", scalar(self.delta_t0))?;
             write_footer(w)
         };
-        write_atomic(&dir.join("time"), false, content).map_err(|e| match e {
-            MeshError::Io { path, source } => OutputError::Io { path, source },
-            other => OutputError::invalid(other.to_string()),
-        })
+        write_atomic(&dir.join("time"), false, content).map_err(output_error)
     }
 
     /// Reads `<time_dir>/uniform/time` where it exists (`None` where it
@@ -564,7 +561,7 @@ impl UniformTime {
     /// (else `time`).
     pub fn read(time_dir: &Path, time: f64, delta_t: f64) -> Result<Option<Self>, MeshError> {
         let path = time_dir.join("uniform").join("time");
-        if !(path.is_file() || crate::foam::gz_path(&path).is_file()) {
+        if !crate::foam::file_or_gz_exists(&path) {
             return Ok(None);
         }
         let dict = FoamDict::read(&path)?;
@@ -664,6 +661,15 @@ fn check_sizes(
 /// Writes the patches of `boundaryField` (inside its braces).
 type PatchWriter<'f> = dyn Fn(&mut dyn Write, &ValueWriter) -> io::Result<()> + 'f;
 
+/// A failed atomic write as an output error: its I/O error kept with the
+/// path, anything else as its message.
+fn output_error(e: MeshError) -> OutputError {
+    match e {
+        MeshError::Io { path, source } => OutputError::Io { path, source },
+        other => OutputError::invalid(other.to_string()),
+    }
+}
+
 /// The one writer of field files: header, dimensions, `internalField`,
 /// `boundaryField` (from `patches`), atomically into `<case_dir>/<time name>/`.
 fn write_field_file<T: FieldItem>(
@@ -703,10 +709,7 @@ fn write_field_file<T: FieldItem>(
         writeln!(w, "}}")?;
         write_footer(w)
     };
-    write_atomic(&path, options.compress, content).map_err(|e| match e {
-        MeshError::Io { path, source } => OutputError::Io { path, source },
-        other => OutputError::invalid(other.to_string()),
-    })
+    write_atomic(&path, options.compress, content).map_err(output_error)
 }
 
 /// The values of patch data, one per face or one for all.
