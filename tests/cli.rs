@@ -162,6 +162,7 @@ fn inverted_mesh_fails_the_checks() {
         kind: PatchKind::Wall,
         start: 0,
         size: 6,
+        in_groups: Vec::new(),
     }];
     let mesh = Mesh::new(points, faces, vec![0; 6], vec![], patches).unwrap();
     let case = common::Scratch::new("inverted_cube");

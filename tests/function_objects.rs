@@ -68,6 +68,34 @@ fn field_min_max_and_probes_write_as_openfoam() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A rerun from the same start keeps the first run's fieldMinMax.dat and
+/// writes fieldMinMax_0.dat beside it; probes' files are written again, as
+/// v1912 does.
+#[test]
+fn a_rerun_keeps_the_earlier_min_max_file_and_rewrites_probes() {
+    let reference = common::repo("tests/data/function_objects");
+    let functions = std::fs::read_to_string(reference.join("functions")).unwrap();
+    let dir = cavity_with("fo_rerun", &functions);
+    let first = common::fvpoisson(&["run", dir.to_str().unwrap()]);
+    assert!(first.status.success(), "{first:?}");
+    let min_max = dir.join("postProcessing/minMaxMagnitude/0");
+    std::fs::write(min_max.join("fieldMinMax.dat"), "kept").unwrap();
+    std::fs::write(dir.join("postProcessing/probes/0/p"), "old").unwrap();
+    let again = common::fvpoisson(&["run", dir.to_str().unwrap()]);
+    assert!(again.status.success(), "{again:?}");
+    let read = |path: PathBuf| std::fs::read_to_string(&path).unwrap();
+    assert_eq!(read(min_max.join("fieldMinMax.dat")), "kept");
+    assert_eq!(
+        read(min_max.join("fieldMinMax_0.dat")),
+        read(reference.join("postProcessing/minMaxMagnitude/0/fieldMinMax.dat"))
+    );
+    assert_eq!(
+        read(dir.join("postProcessing/probes/0/p")),
+        read(reference.join("postProcessing/probes/0/p"))
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// v1912 runs a fieldMinMax's fields in sorted order: `fields (p U)`
 /// writes what `fields (U p)` writes.
 #[test]

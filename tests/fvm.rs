@@ -104,6 +104,7 @@ fn box_mesh(n: [usize; 3], len: [f64; 3], skew: f64, two_d: bool) -> Mesh {
             kind,
             start,
             size: owner.len() - start,
+            in_groups: Vec::new(),
         });
     };
     let side = if two_d {

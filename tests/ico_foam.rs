@@ -85,6 +85,13 @@ fn cavity_tutorial_matches_icofoam_at_end_time() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// U (as its components, one after the other) and p written in `time_dir`.
+fn read_fields(time_dir: &Path, n: usize) -> (Vec<f64>, Vec<f64>) {
+    let u = VectorFieldFile::read(&time_dir.join("U"), n).unwrap();
+    let p = ScalarFieldFile::read(&time_dir.join("p"), n).unwrap();
+    (components(&u.internal.expand(n)), p.internal.expand(n))
+}
+
 /// pimpleFoam's `adjustTimeStep yes` (maxCo 0.5, maxDeltaT 0.004) with
 /// `writeControl adjustableRunTime`: the same 33 steps as pimpleFoam v1912,
 /// landing on the write times 0.05 and 0.1, with its U and p there
@@ -109,13 +116,9 @@ fn adjusted_time_steps_match_pimplefoam() {
     assert!((summary.time - 0.1).abs() < 1e-12, "{}", summary.time);
     let n = summary.p.len();
     for time in ["0.05", "0.1"] {
-        let read = |root: &Path| {
-            let u = VectorFieldFile::read(&root.join("U"), n).unwrap();
-            let p = ScalarFieldFile::read(&root.join("p"), n).unwrap();
-            (components(&u.internal.expand(n)), p.internal.expand(n))
-        };
-        let (u, p) = read(&dir.join(time));
-        let (u_ref, p_ref) = read(&common::repo("tests/data/pimple_foam_adjust").join(time));
+        let (u, p) = read_fields(&dir.join(time), n);
+        let (u_ref, p_ref) =
+            read_fields(&common::repo("tests/data/pimple_foam_adjust").join(time), n);
         let (du, dp) = (relative(&u, &u_ref), relative(&p, &p_ref));
         eprintln!("adjustTimeStep, t = {time}: ΔU {du:e}, Δp {dp:e}");
         assert!(du <= 1e-8 && dp <= 1e-8, "{time}: U {du:e}, p {dp:e}");
@@ -127,6 +130,18 @@ fn adjusted_time_steps_match_pimplefoam() {
         .collect();
     written.sort();
     assert_eq!(written, ["0", "0.05", "0.1"]);
+    // A restart from 0.05 goes on with the Δt that reached 0.05 (its
+    // `uniform/time`), whatever controlDict's deltaT now says, as
+    // pimpleFoam v1912 does: the same steps to the same fields.
+    let whole = read_fields(&dir.join("0.1"), n);
+    std::fs::remove_dir_all(dir.join("0.1")).unwrap();
+    edit_control(&dir, &[("startFrom", "latestTime"), ("deltaT", "0.0001")]);
+    let restarted = run(&dir);
+    assert!((restarted.time - 0.1).abs() < 1e-12, "{}", restarted.time);
+    assert!(restarted.steps < 33, "{} steps", restarted.steps);
+    let again = read_fields(&dir.join("0.1"), n);
+    let (du, dp) = (relative(&again.0, &whole.0), relative(&again.1, &whole.1));
+    assert!(du <= 1e-10 && dp <= 1e-10, "restart: U {du:e}, p {dp:e}");
     let _ = std::fs::remove_dir_all(&dir);
 
     let ico = case_copy("cavity_ico", "ico-adjust", &[]);
@@ -444,6 +459,105 @@ fn solves_stopped_at_max_iter_make_the_run_unconverged() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `writeControl runTime` (or `adjustableRunTime`, which icoFoam does not
+/// adjust) with an interval that is not a whole number of steps writes at
+/// the steps icoFoam v1912 writes at: where (t − start + Δt/2) / interval
+/// passes a whole number (listed by v1912 on this case, Δt 0.005).
+#[test]
+fn write_intervals_between_steps_write_where_icofoam_does() {
+    for (control, interval, expected) in [
+        ("runTime", "0.012", &["0.01", "0.025", "0.035", "0.05"][..]),
+        (
+            "adjustableRunTime",
+            "0.012",
+            &["0.01", "0.025", "0.035", "0.05"],
+        ),
+        (
+            "runTime",
+            "0.0074",
+            &["0.005", "0.015", "0.02", "0.03", "0.035", "0.045", "0.05"],
+        ),
+    ] {
+        let dir = case_copy(
+            "cavity_ico",
+            "write_between_steps",
+            &[
+                ("endTime", "0.05"),
+                ("writeControl", control),
+                ("writeInterval", interval),
+            ],
+        );
+        run(&dir);
+        let mut written: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|name| name != "0" && name.parse::<f64>().is_ok())
+            .collect();
+        written.sort_by(|a, b| a.parse::<f64>().unwrap().total_cmp(&b.parse().unwrap()));
+        assert_eq!(written, expected, "{control} {interval}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// Patch groups pick a patch's condition as OpenFOAM v1912 does: its exact
+/// name first, then the last entry in the file naming one of its groups
+/// (`inGroups`, and `wall` for a wall), then patterns; an empty patch that
+/// no name or group names is empty whatever the patterns say.
+#[test]
+fn boundary_conditions_by_patch_group_follow_openfoams_precedence() {
+    let dir = case_copy(
+        "cavity_ico",
+        "patch_groups",
+        &[("endTime", "0.005"), ("writeInterval", "1")],
+    );
+    let mesh_dict = dir.join("system/blockMeshDict");
+    let text = std::fs::read_to_string(&mesh_dict).unwrap();
+    let text = text
+        .replacen("type wall;", "type wall; inGroups (lidGroup);", 1)
+        .replacen(
+            "fixedWalls\n    {\n        type wall;",
+            "fixedWalls\n    {\n        type wall; inGroups 1(wallGroup);",
+            1,
+        );
+    assert_eq!(text.matches("inGroups").count(), 2, "{text}");
+    std::fs::write(&mesh_dict, text).unwrap();
+    let u_path = dir.join("0/U");
+    let text = std::fs::read_to_string(&u_path).unwrap();
+    let start = text.find("boundaryField").unwrap();
+    let entries = "boundaryField\n{\n    \
+        lidGroup { type fixedValue; value uniform (7 0 0); }\n    \
+        \".*\" { type fixedValue; value uniform (5 0 0); }\n    \
+        movingWall { type fixedValue; value uniform (1 0 0); }\n    \
+        wallGroup { type fixedValue; value uniform (8 0 0); }\n    \
+        wall { type fixedValue; value uniform (9 0 0); }\n}\n";
+    std::fs::write(&u_path, format!("{}{entries}", &text[..start])).unwrap();
+    let case = read_transient_case(&dir).unwrap();
+    // The entries no patch takes are named.
+    let unused: Vec<&str> = ["lidGroup", "\".*\"", "wallGroup"]
+        .into_iter()
+        .filter(|key| {
+            case.warnings
+                .iter()
+                .any(|w| w.contains(&format!("boundaryField/{key}:")))
+        })
+        .collect();
+    assert_eq!(unused.len(), 3, "{:?}", case.warnings);
+    assert_eq!(case.warnings.len(), 3, "{:?}", case.warnings);
+    run_transient_case(&case.setup, &case.mesh, Device::Cpu).unwrap();
+    let written = std::fs::read_to_string(dir.join("0.005/U")).unwrap();
+    let block = |patch: &str| {
+        let from = written
+            .find(&format!("    {patch}\n"))
+            .unwrap_or_else(|| panic!("{written}"));
+        let to = from + written[from..].find('}').unwrap();
+        written[from..to].to_string()
+    };
+    assert!(block("movingWall").contains("(1 0 0)"), "{written}");
+    assert!(block("fixedWalls").contains("(9 0 0)"), "{written}");
+    assert!(block("frontAndBack").contains("empty"), "{written}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A start at or past the end runs no step and names no VTK series.
 #[test]
 fn a_start_past_the_end_runs_no_step_and_writes_no_series() {
@@ -475,28 +589,53 @@ fn residuals_function_object_writes_solver_info_as_openfoam() {
             .any(|w| what.iter().all(|x| w.contains(x)))
     };
     assert!(warned(&["'drag'", "forces"]), "{:?}", case.warnings);
-    // What a solverInfo object asks beyond its type is named, not dropped.
     assert!(
-        warned(&["'res'", "postProcessing/residuals"]),
-        "{:?}",
-        case.warnings
-    );
-    assert!(warned(&["fields"]), "{:?}", case.warnings);
-    assert!(
-        !case.warnings.iter().any(|w| w.contains("'off'")),
+        !case
+            .warnings
+            .iter()
+            .any(|w| w.contains("'off'") || w.contains("'res'")),
         "{:?}",
         case.warnings
     );
     run_transient_case(&case.setup, &case.mesh, Device::Cpu).unwrap();
-    let ours =
-        std::fs::read_to_string(dir.join("postProcessing/residuals/0/solverInfo.dat")).unwrap();
+    let solver_info = |object: &str, file: &str| {
+        let path = dir.join("postProcessing").join(object).join("0").join(file);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
     let foam =
         std::fs::read_to_string(common::repo("tests/data/ico_foam_cavity/solverInfo.dat")).unwrap();
-    assert_eq!(ours, foam);
+    assert_eq!(solver_info("residuals", "solverInfo.dat"), foam);
+    // An object of another name writes under its name, and `fields (p)`
+    // keeps p's columns alone (v1912: the time, then the last five).
+    let p_only: String = foam
+        .lines()
+        .map(|line| {
+            let columns: Vec<&str> = line.split('\t').collect();
+            match columns.len() {
+                1 => format!("{line}\n"),
+                k => format!("{}\t{}\n", columns[0], columns[k - 5..].join("\t")),
+            }
+        })
+        .collect();
+    assert_eq!(solver_info("res", "solverInfo.dat"), p_only);
     assert!(
         !dir.join("postProcessing/off").exists(),
         "an object with enabled false ran"
     );
+    // A rerun from the same time keeps the first run's files and writes
+    // `<name>_<startTime>.dat` beside them, as v1912 does; a third run
+    // rewrites that one.
+    std::fs::write(
+        dir.join("postProcessing/residuals/0/solverInfo.dat"),
+        "kept",
+    )
+    .unwrap();
+    for _ in 0..2 {
+        run_transient_case(&case.setup, &case.mesh, Device::Cpu).unwrap();
+        assert_eq!(solver_info("residuals", "solverInfo.dat"), "kept");
+        assert_eq!(solver_info("residuals", "solverInfo_0.dat"), foam);
+        assert_eq!(solver_info("res", "solverInfo_0.dat"), p_only);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -184,10 +184,7 @@ pub fn iteration_bytes(method: &KrylovMethod, n: usize, nnz: usize, precond: f64
 /// x → x, r). Against the generic loop, Jacobi reads p and s from the
 /// kernel that wrote them instead of reading them again (16n less).
 pub fn device_loop_bytes(n: usize, nnz: usize, jacobi: bool) -> f64 {
-    let spmv = super::tables::spmv_bytes(fvpoisson::gpu::matrix::Format::ModSell, n, nnz);
-    let v = 8.0 * n as f64;
-    let jacobi_vectors = if jacobi { 2.0 * v } else { 0.0 };
-    2.0 * spmv + 2.0 * v + (4.0 * v + jacobi_vectors) + (3.0 * v + jacobi_vectors) + 8.0 * v
+    fvpoisson::gpu::bicgstab::loop_bytes(n, nnz - n, &[1], jacobi)
 }
 
 /// The row of PBiCGStab's device loop (`gpu::bicgstab`) on the ordered

@@ -128,11 +128,7 @@ pub(super) fn time_median(
 
 /// Device-to-device copy bandwidth in GB/s (bytes read + written).
 pub fn copy_bandwidth(gpu: &Gpu, bytes: usize) -> Result<f64, GpuError> {
-    let n = bytes / 8;
-    let src: CudaSlice<f64> = gpu.upload(&vec![1.0; n])?;
-    let mut dst: CudaSlice<f64> = gpu.zeros(n)?;
-    let ms = time_median(gpu, 3, 20, |_| gpu.copy(&src, &mut dst))?;
-    Ok(2.0 * (n * 8) as f64 / (ms * 1e-3) / 1e9)
+    gpu.copy_bandwidth(bytes)
 }
 
 /// One row of the results.
@@ -235,18 +231,19 @@ pub(super) fn convergence_mark(converged: bool) -> &'static str {
 
 /// Minimum bytes one SpMV moves in `format` (module documentation).
 pub fn spmv_bytes(format: Format, n: usize, nnz: usize) -> f64 {
+    if format == Format::ModSell {
+        return fvpoisson::gpu::matrix::mod_sell_spmv_bytes(n, nnz - n);
+    }
     let (n, nnz) = (n as f64, nnz as f64);
     match format {
         Format::Csr => 12.0 * nnz + 8.0 * (n + 1.0) + 16.0 * n,
-        Format::Sell => 12.0 * nnz + 16.0 * n,
-        Format::ModSell => 12.0 * (nnz - n) + 24.0 * n,
+        _ => 12.0 * nnz + 16.0 * n,
     }
 }
 
 /// Minimum bytes of one fused PCG iteration (module documentation).
 pub fn pcg_iteration_bytes(n: usize, nnz: usize, jacobi: bool, equilibrated: bool) -> f64 {
-    let vectors = 72 + if jacobi { 16 } else { 0 } + if equilibrated { 8 } else { 0 };
-    spmv_bytes(Format::ModSell, n, nnz) + (vectors * n) as f64
+    fvpoisson::gpu::pcg::iteration_bytes(n, nnz - n, jacobi, equilibrated)
 }
 
 /// Device time (ms) per iteration of `iterations` PCG iterations from x = 0

@@ -43,10 +43,21 @@ const FIELDS: [&str; 2] = ["U", "p"];
 /// The function objects of a case, as read.
 #[derive(Clone, Debug, Default)]
 pub struct FunctionObjects {
-    /// `residuals`: write `postProcessing/residuals/<start>/solverInfo.dat`.
-    pub residuals: bool,
+    /// `solverInfo` objects (`#includeFunc residuals`): each writes
+    /// `postProcessing/<name>/<start>/solverInfo.dat`.
+    pub residuals: Vec<SolverInfo>,
     pub field_min_max: Vec<FieldMinMax>,
     pub probes: Vec<Probes>,
+}
+
+/// One `solverInfo` object: its name and the fields whose solves it writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SolverInfo {
+    pub name: String,
+    /// Whether U's and p's columns are written (U first, as v1912 sorts
+    /// the fields).
+    pub u: bool,
+    pub p: bool,
 }
 
 /// What `fieldMinMax` compares.
@@ -78,12 +89,13 @@ pub struct Probes {
 }
 
 /// Reads `functions { ... }` of `control` (entries named in warnings when
-/// not supported). `write_every` and `delta_t` turn each object's
-/// `writeControl` into steps.
+/// not supported). `write_every` (the steps between the run's writes;
+/// `None` where it writes by time, so that `writeControl writeTime` is
+/// refused) and `delta_t` turn each object's `writeControl` into steps.
 pub(super) fn read_functions(
     r: &mut Reader,
     control: &FoamDict,
-    write_every: usize,
+    write_every: Option<usize>,
     delta_t: f64,
 ) -> Result<FunctionObjects, CaseError> {
     let mut objects = FunctionObjects::default();
@@ -114,24 +126,55 @@ pub(super) fn read_functions(
         }
         match (kind.as_str(), e.as_dict()) {
             ("residuals" | "solverInfo", dict) => {
-                objects.residuals = true;
-                if let Some(dict) = dict {
-                    // What the object's own dictionary asks beyond its type is
-                    // not honoured: the file holds U and p, under
-                    // postProcessing/residuals.
-                    if e.key() != "residuals" {
-                        r.warn(format!(
-                            "{}:{}: function object '{}': written as \
-                             postProcessing/residuals/<startTime>/solverInfo.dat (the name \
-                             'residuals', not '{}')",
-                            e.file().display(),
-                            e.line(),
-                            e.key(),
-                            e.key()
-                        ));
+                let (name, fields) = match dict {
+                    Some(dict) => {
+                        let fields = match dict.contains("fields") {
+                            true => listed_fields(dict)?,
+                            false => {
+                                r.warn(format!(
+                                    "{}:{}: function object '{}' names no 'fields': U and p \
+                                     written (OpenFOAM asks for the list)",
+                                    e.file().display(),
+                                    e.line(),
+                                    e.key()
+                                ));
+                                FIELDS.map(String::from).to_vec()
+                            }
+                        };
+                        common_entries(r, dict);
+                        (e.key().to_string(), fields)
                     }
-                    common_entries(r, dict);
+                    // `#includeFunc residuals(p)`: the fields in brackets;
+                    // the packaged object's own are (p U).
+                    None => {
+                        let fields = e
+                            .key()
+                            .split_once('(')
+                            .map(|(_, list)| {
+                                list.trim_end_matches(')')
+                                    .split([' ', ','])
+                                    .filter(|f| !f.is_empty())
+                                    .map(String::from)
+                                    .collect()
+                            })
+                            .unwrap_or_else(|| FIELDS.map(String::from).to_vec());
+                        ("residuals".to_string(), fields)
+                    }
+                };
+                for field in fields.iter().filter(|f| !FIELDS.contains(&f.as_str())) {
+                    r.warn(format!(
+                        "{}:{}: function object '{}': field '{field}' has no solve in this \
+                         solver, not written",
+                        e.file().display(),
+                        e.line(),
+                        e.key()
+                    ));
                 }
+                objects.residuals.push(SolverInfo {
+                    name,
+                    u: fields.iter().any(|f| f == "U"),
+                    p: fields.iter().any(|f| f == "p"),
+                });
             }
             ("fieldMinMax", Some(dict)) => {
                 let mode = one_of(
@@ -210,6 +253,19 @@ fn sorted(mut names: Vec<String>) -> Vec<String> {
 
 /// `fields (U p)`: each of U and p.
 fn field_names(dict: &FoamDict) -> Result<Vec<String>, CaseError> {
+    let words = listed_fields(dict)?;
+    if let Some(other) = words.iter().find(|w| !FIELDS.contains(&w.as_str())) {
+        let entry = dict.entry("fields").expect("read above");
+        return Err(at(
+            entry,
+            format!("fields: '{other}' is not a field of the run; U and p are"),
+        ));
+    }
+    Ok(words)
+}
+
+/// The names of `fields (...)`, whichever they are.
+fn listed_fields(dict: &FoamDict) -> Result<Vec<String>, CaseError> {
     let (entry, values) = dict
         .stream_entry("fields")?
         .ok_or_else(|| CaseError::Mesh(dict.missing("fields")))?;
@@ -226,21 +282,18 @@ fn field_names(dict: &FoamDict) -> Result<Vec<String>, CaseError> {
             .collect::<Option<Vec<String>>>(),
         _ => None,
     };
-    let words = words.ok_or_else(|| at(entry, "fields: expected a list of field names, (U p)"))?;
-    if let Some(other) = words.iter().find(|w| !FIELDS.contains(&w.as_str())) {
-        return Err(at(
-            entry,
-            format!("fields: '{other}' is not a field of the run; U and p are"),
-        ));
-    }
-    Ok(words)
+    words.ok_or_else(|| at(entry, "fields: expected a list of field names, (U p)"))
 }
 
 /// `writeControl` and `writeInterval` as a number of steps.
-fn steps_between(dict: &FoamDict, write_every: usize, delta_t: f64) -> Result<usize, CaseError> {
+fn steps_between(
+    dict: &FoamDict,
+    write_every: Option<usize>,
+    delta_t: f64,
+) -> Result<usize, CaseError> {
     let control = dict.get_or("writeControl", "timeStep".to_string())?;
     let interval = dict.get_or("writeInterval", 1.0)?;
-    interval_in_steps(dict, &control, interval, delta_t, Some(write_every))
+    interval_in_steps(dict, &control, interval, delta_t, write_every)
 }
 
 /// A field's extreme: its value, the cell (the face's owner on a patch) and
@@ -308,6 +361,17 @@ pub struct RunningFunctionObjects {
     format: Format,
 }
 
+/// The data file `<stem>.dat` of an object in `dir`, or, where an earlier
+/// run left one there, `<stem>_<start_name>.dat` (rewritten by each later
+/// run): the earlier run's file is kept, as v1912's function objects keep it.
+pub(super) fn data_file(dir: &Path, stem: &str, start_name: &str) -> PathBuf {
+    let path = dir.join(format!("{stem}.dat"));
+    match path.exists() {
+        true => dir.join(format!("{stem}_{start_name}.dat")),
+        false => path,
+    }
+}
+
 /// Creates (truncates) `path` with `text`.
 fn create_file(path: &Path, text: &str) -> Result<(), OutputError> {
     if let Some(dir) = path.parent() {
@@ -339,7 +403,7 @@ impl FunctionObjects {
         let dir = |name: &str| case_dir.join("postProcessing").join(name).join(&start_name);
         let mut min_max = Vec::new();
         for object in &self.field_min_max {
-            let path = dir(&object.name).join("fieldMinMax.dat");
+            let path = data_file(&dir(&object.name), "fieldMinMax", &start_name);
             create_file(&path, &min_max_header(object, format))?;
             min_max.push((object.clone(), path));
         }

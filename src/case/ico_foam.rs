@@ -30,7 +30,7 @@
 use super::flow_case::{
     device_pressure_solver, momentum_solver, patch_conditions, timed_pressure_solves,
 };
-use super::function_objects::{read_functions, Format, FunctionObjects};
+use super::function_objects::{data_file, read_functions, Format, FunctionObjects, SolverInfo};
 use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::{gamg_cache, log_gpu_mapping, GpuSolves, LinearSolves};
 use super::setup::{check_steps_of, LinearSolver};
@@ -50,7 +50,7 @@ use crate::foam::FoamDict;
 use crate::fvm::{BoundaryCondition, Schemes};
 use crate::gpu::assembly::AssemblyError;
 use crate::gpu::simple::piso::DevicePiso;
-use crate::gpu::simple::DeviceFlowError;
+use crate::gpu::simple::{DeviceFlowError, DevicePhaseSeconds};
 use crate::gpu::Gpu;
 use crate::io::foam_field::{
     distinct_time_precision, time_name, FieldValues, FoamWriteOptions, ScalarFieldFile,
@@ -125,8 +125,6 @@ pub struct TransientSetup {
     /// the first step is then a second-order one, as the run that wrote them
     /// would have made.
     pub initial_old: Option<OldTime>,
-    /// `residuals` function object: write `postProcessing/residuals/<start>/solverInfo.dat`.
-    pub residuals: bool,
     /// `fieldMinMax` and `probes` function objects.
     pub functions: FunctionObjects,
     /// The U and p solvers as OpenFOAM names them (`smoothSolver`, `DICPCG`).
@@ -189,13 +187,16 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
     };
     check_steps_of(key, step, span, span / step, bound)
         .map_err(|msg| at_key(&control, key, msg))?;
-    let functions = read_functions(r, &control, timing.write_every, timing.delta_t)?;
     let write_time_interval = match (&adjust_time_step, control.get_word("writeControl")) {
         (Some(_), Ok(w)) if w == "runTime" || w == "adjustableRunTime" => {
             Some(control.get_scalar("writeInterval")?)
         }
-        _ => None,
+        _ => timing.write_time,
     };
+    // Objects that run at the write times count them in steps: with writes
+    // by time there is no such count, and they are refused.
+    let write_steps = write_time_interval.is_none().then_some(timing.write_every);
+    let functions = read_functions(r, &control, write_steps, timing.delta_t)?;
 
     let mesh_source = MeshSource::PolyMesh(r.dir.clone());
     let mesh = mesh_source.load()?;
@@ -238,8 +239,16 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
     let p_file = ScalarFieldFile::read(&start_dir.join("p"), n)?;
     let boundary = read_boundary(r, &mesh, &u_file, &p_file)?;
     let phi = read_phi(&start_dir.join("phi"), &mesh)?;
+    // With adjustTimeStep a restart goes on from the Δt of the step that
+    // reached its start (`deltaT` of `uniform/time`), as OpenFOAM's
+    // Time::setControls; controlDict's deltaT only where none is written.
+    let delta_t = match (&adjust_time_step, timing.start > 0.0) {
+        (Some(_), true) => UniformTime::read(&start_dir, timing.start, timing.delta_t)?
+            .map_or(timing.delta_t, |time| time.delta_t),
+        _ => timing.delta_t,
+    };
     let initial_old = match transient.ddt {
-        DdtScheme::Backward => read_old_level(r, &start_dir, &mesh, timing.delta_t)?,
+        DdtScheme::Backward => read_old_level(r, &start_dir, &mesh, delta_t)?,
         DdtScheme::Euler => None,
     };
     if timing.start > 0.0 {
@@ -271,7 +280,7 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         pressure_final,
         start: timing.start,
         end: timing.end,
-        delta_t: timing.delta_t,
+        delta_t,
         write_every: timing.write_every,
         adjust_time_step,
         write_time_interval,
@@ -279,7 +288,6 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         vtk: Some(VtkEncoding::default()),
         initial,
         initial_old,
-        residuals: functions.residuals,
         functions,
         solver_names,
     };
@@ -637,10 +645,9 @@ pub fn run_transient_case(
     let solve_pressure: &mut PressureSolve<'_> =
         &mut timed_pressure_solves(&mut solves, [&p_solver, &p_final], &pressure_seconds);
     let output = timings::enter(Phase::Output);
-    let mut residual_log = match setup.residuals {
-        true => Some(ResidualLog::create(setup, &piso)?),
-        false => None,
-    };
+    let mut residual_logs = (setup.functions.residuals.iter())
+        .map(|object| ResidualLog::create(setup, &piso, object))
+        .collect::<Result<Vec<_>, _>>()?;
     let format = Format {
         precision: setup.foam.precision,
         time_precision: setup.foam.time_precision,
@@ -772,7 +779,7 @@ pub fn run_transient_case(
         p_iterations += report.p_solves.iter().map(|p| p.iterations).sum::<usize>();
         short_solves.count(&report, setup);
         let output = timings::enter(Phase::Output);
-        if let Some(log) = &mut residual_log {
+        for log in &mut residual_logs {
             log.time_precision = time_precision.get();
             log.append(&report)?;
         }
@@ -862,6 +869,7 @@ pub fn run_transient_case(
             ms(parts.solve),
             ms(parts.corrections)
         );
+        log_solve_floors(step, &step.seconds().parts, steps);
     }
     if let (Some(first), true) = (first_step_seconds, steps > 1) {
         log::info!(
@@ -942,6 +950,44 @@ impl ShortSolves {
             )
         })
     }
+}
+
+/// The device solves' bytes per step and their floor at the copy bandwidth
+/// measured now, beside the measured time of each (`bench`'s byte models:
+/// [`crate::gpu::simple::DevicePhaseBytes`]). A copy that cannot run (the
+/// device too full for its buffers) leaves the line out.
+fn log_solve_floors(step: &DevicePiso<'_>, parts: &DevicePhaseSeconds, steps: usize) {
+    let bandwidth = match step.copy_bandwidth() {
+        Ok(b) => b,
+        Err(e) => {
+            log::debug!("no byte floors: the copy that measures the bandwidth failed: {e}");
+            return;
+        }
+    };
+    let bytes = step.phase_bytes();
+    let per_step = |b: f64| b / steps as f64;
+    let floor_ms = |b: f64| 1e3 * per_step(b) / (bandwidth * 1e9);
+    let part = |name: &str, bytes: Option<f64>, seconds: f64| match bytes {
+        Some(b) if b > 0.0 => {
+            let ms = 1e3 * seconds / steps as f64;
+            format!(
+                "{name} {:.3} GB, floor {:.3} ms, measured {ms:.3} ms ({:.1}x)",
+                per_step(b) / 1e9,
+                floor_ms(b),
+                ms / floor_ms(b)
+            )
+        }
+        _ => format!("{name} not counted"),
+    };
+    log::info!(
+        "GPU solves per step, bytes and floor at the copy bandwidth ({bandwidth:.0} GB/s): {}; {}",
+        part(
+            "momentum solves",
+            bytes.momentum_solve,
+            parts.momentum_solve
+        ),
+        part("pressure solves", bytes.solve, parts.solve)
+    );
 }
 
 /// The Courant number of the current fluxes and Δt (on the device where
@@ -1034,11 +1080,15 @@ fn device_piso<'g>(
     }
 }
 
-/// `postProcessing/residuals/<startTime>/solverInfo.dat` as OpenFOAM's
-/// `solverInfo` function object (`#includeFunc residuals`) writes it: per time
-/// step the time, then for U its solver, each solved component's initial and
-/// final residual and iterations, and whether all three components converged,
-/// then the same for p; the first solve of each field in the step.
+/// `postProcessing/<name>/<startTime>/solverInfo.dat` as OpenFOAM v1912's
+/// `solverInfo` function object (`#includeFunc residuals`) writes it: per
+/// time step the time, then for U (when listed and solved) its solver, each
+/// solved component's initial and final residual and iterations and its
+/// `converged` flag, then the same for p (when listed); the first solve of
+/// each field in the step. v1912's flag for U is always `false`: the
+/// performance of a segregated vector solve takes each component's
+/// residuals and iterations but not its convergence. A rerun that finds the
+/// file of an earlier run writes `solverInfo_<startTime>.dat` beside it.
 struct ResidualLog {
     path: PathBuf,
     /// The time column's precision (raised with the time directories').
@@ -1047,8 +1097,10 @@ struct ResidualLog {
     precision: usize,
     /// Solver type names of U and p as OpenFOAM prints them (`smoothSolver`, `DICPCG`).
     solvers: [String; 2],
-    /// Whether U is solved (momentum predictor).
+    /// Whether U's columns are written (listed, and solved: momentum
+    /// predictor).
     with_u: bool,
+    with_p: bool,
 }
 
 /// Width OpenFOAM pads the time column and the header names to: the write
@@ -1066,13 +1118,14 @@ fn format_e(x: f64, precision: usize) -> String {
 }
 
 impl ResidualLog {
-    fn create(setup: &TransientSetup, piso: &Piso) -> Result<Self, CaseError> {
-        let dir = setup
-            .case_dir
-            .join("postProcessing/residuals")
-            .join(time_name(setup.start, setup.foam.time_precision));
+    fn create(setup: &TransientSetup, piso: &Piso, object: &SolverInfo) -> Result<Self, CaseError> {
+        let start_name = time_name(setup.start, setup.foam.time_precision);
+        let dir = (setup.case_dir.join("postProcessing"))
+            .join(&object.name)
+            .join(&start_name);
         crate::io::create_dir_all(&dir)?;
-        let with_u = setup.transient.momentum_predictor;
+        let with_u = object.u && setup.transient.momentum_predictor;
+        let with_p = object.p;
         let mut names = Vec::new();
         if with_u {
             names.push("U_solver".to_string());
@@ -1082,16 +1135,18 @@ impl ResidualLog {
             }
             names.push("U_converged".into());
         }
-        names.extend(
-            ["p_solver", "p_initial", "p_final", "p_iters", "p_converged"].map(String::from),
-        );
+        if with_p {
+            names.extend(
+                ["p_solver", "p_initial", "p_final", "p_iters", "p_converged"].map(String::from),
+            );
+        }
         let width = column_width(setup.foam.precision);
         let mut text = format!("# Solver information\n{:<width$}", "# Time");
         for name in names {
             text += &format!("\t{name:<width$}");
         }
         text.push('\n');
-        let path = dir.join("solverInfo.dat");
+        let path = data_file(&dir, "solverInfo", &start_name);
         std::fs::write(&path, text).map_err(|e| crate::mesh::MeshError::io(&path, e))?;
         Ok(Self {
             path,
@@ -1099,6 +1154,7 @@ impl ResidualLog {
             precision: setup.foam.precision,
             solvers: setup.solver_names.clone(),
             with_u,
+            with_p,
         })
     }
 
@@ -1117,11 +1173,9 @@ impl ResidualLog {
                     perf.iterations
                 );
             }
-            let converged =
-                report.u_solves.len() == 3 && report.u_solves.iter().all(|(_, p)| p.converged);
-            line += &format!("\t{converged}");
+            line += "\tfalse";
         }
-        if let Some(p) = report.p_solves.first() {
+        if let Some(p) = report.p_solves.first().filter(|_| self.with_p) {
             line += &format!(
                 "\t{}\t{}\t{}\t{}\t{}",
                 self.solvers[1],

@@ -142,7 +142,7 @@ pub(super) fn interval_in_steps(
         }
     };
     let rounded = steps.round();
-    if !(rounded >= 1.0 && (steps - rounded).abs() <= 1e-9 * rounded) {
+    if !(rounded >= 1.0 && is_whole(steps)) {
         return Err(at_key(
             dict,
             "writeInterval",
@@ -153,6 +153,12 @@ pub(super) fn interval_in_steps(
         ));
     }
     Ok(rounded as usize)
+}
+
+/// Whether `steps` is a whole number, to a relative 1e-9 (a time interval
+/// over a time step, each written with a few digits).
+fn is_whole(steps: f64) -> bool {
+    (steps - steps.round()).abs() <= 1e-9 * steps.round()
 }
 
 /// The OpenFOAM applications `fvpoisson run` runs, as error messages list them.
@@ -217,6 +223,10 @@ pub(super) struct Timing {
     pub(super) delta_t: f64,
     /// Write every this many steps (`writeInterval` in steps or in time / deltaT).
     pub(super) write_every: usize,
+    /// `writeControl runTime|adjustableRunTime` with a `writeInterval` that
+    /// is not a whole number of steps: write at the steps OpenFOAM writes
+    /// at ([`crate::flow::piso::write_index`]; `write_every` is not used).
+    pub(super) write_time: Option<f64>,
 }
 
 /// Reads the files of an OpenFOAM case directory and collects the warnings;
@@ -348,6 +358,11 @@ impl Reader {
     /// `startFrom`/`startTime`, `stopAt`, `endTime`, `deltaT`, `writeControl`, `writeInterval`.
     pub(super) fn timing(&mut self, control: &FoamDict) -> Result<Timing, CaseError> {
         let timing = self.timing_any_start(control)?;
+        if let Some(interval) = timing.write_time {
+            // A steady solver writes by iterations: refused with the reason.
+            let write_control = control.get_word("writeControl")?;
+            interval_in_steps(control, &write_control, interval, timing.delta_t, None)?;
+        }
         if timing.start != 0.0 {
             let start_from = control.get_or("startFrom", "startTime".to_string())?;
             return Err(CaseError::invalid(format!(
@@ -414,7 +429,17 @@ impl Reader {
         }
         let write_control = control.get_or("writeControl", "timeStep".to_string())?;
         let interval = control.get_scalar("writeInterval")?;
-        let write_every = interval_in_steps(control, &write_control, interval, delta_t, None)?;
+        let by_time = matches!(write_control.as_str(), "runTime" | "adjustableRunTime")
+            && interval.is_finite()
+            && interval >= delta_t
+            && !is_whole(interval / delta_t);
+        let (write_every, write_time) = match by_time {
+            true => (1, Some(interval)),
+            false => (
+                interval_in_steps(control, &write_control, interval, delta_t, None)?,
+                None,
+            ),
+        };
         if control.get_or("purgeWrite", 0usize)? != 0 {
             self.warn(format!(
                 "{}: purgeWrite is not supported: every written time is kept",
@@ -426,6 +451,7 @@ impl Reader {
             end,
             delta_t,
             write_every,
+            write_time,
         })
     }
 

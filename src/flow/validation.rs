@@ -681,6 +681,7 @@ fn cylinder_mesh(n: usize) -> Result<Mesh, FlowError> {
             kind,
             start: owner.len(),
             size: quads.len(),
+            in_groups: Vec::new(),
         });
         for (c, quad, out) in quads {
             faces

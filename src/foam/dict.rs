@@ -122,6 +122,31 @@ impl Entry {
         }
     }
 
+    /// The words of a `key (a b ...);` or `key N(a b ...);` entry (a
+    /// patch's `inGroups`).
+    pub fn words(&self, file: &Path) -> Result<Vec<String>, MeshError> {
+        let bad = || {
+            MeshError::parse(
+                file,
+                self.line,
+                format!("expected '{}' to be a list of words (a b ...)", self.key),
+            )
+        };
+        match &self.value {
+            EntryValue::Stream(v) if v.len() == 1 => match &v[0].kind {
+                ValueKind::List(items) => items
+                    .iter()
+                    .map(|item| match &item.kind {
+                        ValueKind::Word(w) | ValueKind::Str(w) => Ok(w.clone()),
+                        _ => Err(bad()),
+                    })
+                    .collect(),
+                _ => Err(bad()),
+            },
+            _ => Err(bad()),
+        }
+    }
+
     /// The single non-negative integer of a `key N;` entry.
     pub fn single_label(&self, file: &Path) -> Result<u64, MeshError> {
         match &self.value {

@@ -388,6 +388,41 @@ impl FoamDict {
         }
     }
 
+    /// The sub-dictionary of a patch in a `boundaryField`, by OpenFOAM's
+    /// precedence: the entry of its exact name; else the last entry in the
+    /// file named by one of its `groups`; else the last pattern matching
+    /// its name (patterns do not match group names), where `patterns`.
+    /// `None` when none is there; an error when the entry found is not a
+    /// dictionary.
+    pub fn get_patch_dict(
+        &self,
+        name: &str,
+        groups: &[&str],
+        patterns: bool,
+    ) -> Result<Option<&FoamDict>, MeshError> {
+        let mut entries = self.entries.iter().rev();
+        let found = entries
+            .clone()
+            .find(|e| e.pattern.is_none() && e.key == name)
+            .or_else(|| {
+                entries
+                    .clone()
+                    .find(|e| e.pattern.is_none() && groups.contains(&e.key.as_str()))
+            })
+            .or_else(|| entries.find(|e| patterns && e.pattern.is_some() && e.matches(name)));
+        let Some(e) = found else {
+            return Ok(None);
+        };
+        e.mark(Use::Opened);
+        e.as_dict().map(Some).ok_or_else(|| {
+            e.error(format!(
+                "expected {} to be a dictionary {{ ... }}, found {}",
+                self.describe_key(&e.key),
+                describe_values(e.as_stream().unwrap_or_default())
+            ))
+        })
+    }
+
     /// The sub-dictionary `key` (an error when missing or not a dictionary).
     pub fn get_dict(&self, key: &str) -> Result<&FoamDict, MeshError> {
         self.get_dict_opt(key)?.ok_or_else(|| self.missing(key))

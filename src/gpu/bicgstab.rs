@@ -233,6 +233,25 @@ pub struct DeviceBicgstab<'g> {
     graphs: GraphCache<ChunkKey>,
 }
 
+/// Minimum bytes the loop moves on a matrix of n rows and `off_diagonal`
+/// stored off-diagonal entries for lanes that ran `iterations` each, Jacobi
+/// (`jacobi`) or none. An iteration: two SpMVs, each reading the shared
+/// off-diagonal values and codes once for the lanes still running (12 per
+/// slot) and per lane its diagonal, the input and the output (24n); per
+/// lane r0 and s read for the SpMVs' dots (16n), the direction (r, v, p →
+/// p: 32n; Jacobi: 1/a_ii read, y written, +16n), the half step (r, v → s:
+/// 24n; Jacobi +16n) and the update (y, z, s, t, r0, x → x, r: 64n).
+pub fn loop_bytes(n: usize, off_diagonal: usize, iterations: &[usize], jacobi: bool) -> f64 {
+    let v = 8.0 * n as f64;
+    let jacobi_vectors = if jacobi { 2.0 * v } else { 0.0 };
+    let per_lane =
+        2.0 * 3.0 * v + 2.0 * v + (4.0 * v + jacobi_vectors) + (3.0 * v + jacobi_vectors) + 8.0 * v;
+    let shared = 2.0 * 12.0 * off_diagonal as f64;
+    let longest = iterations.iter().copied().max().unwrap_or(0);
+    let lane_iterations: usize = iterations.iter().sum();
+    shared * longest as f64 + per_lane * lane_iterations as f64
+}
+
 impl<'g> DeviceBicgstab<'g> {
     /// The loop for matrices of `n` rows in mod-SELL slices of
     /// `options.slice_height` rows, reading back every

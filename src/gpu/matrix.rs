@@ -77,6 +77,13 @@ pub fn f32_copy_into(
     })
 }
 
+/// Minimum bytes one mod-SELL SpMV y = A x moves on n rows with
+/// `off_diagonal` stored off-diagonal entries: each entry's value and code
+/// (12), the diagonal, x and y (24 per row), each array once.
+pub fn mod_sell_spmv_bytes(n: usize, off_diagonal: usize) -> f64 {
+    12.0 * off_diagonal as f64 + 24.0 * n as f64
+}
+
 /// Modified SELL on the device (see `sparse::modsell`).
 pub struct DeviceModSell {
     pub n: usize,
@@ -177,6 +184,12 @@ impl DeviceModSell {
             )));
         }
         Ok(())
+    }
+
+    /// Minimum bytes of one SpMV with this matrix: [`mod_sell_spmv_bytes`]
+    /// with the stored slots (the padding the kernel reads) as entries.
+    pub fn spmv_bytes(&self) -> f64 {
+        mod_sell_spmv_bytes(self.n, self.codes.len())
     }
 
     pub fn n_slices(&self) -> usize {

@@ -1984,6 +1984,23 @@ impl Gpu {
         Ok(())
     }
 
+    /// Device-to-device copy bandwidth in GB/s (bytes read + written): the
+    /// median of 20 copies of `bytes` after 3 untimed ones, each timed by
+    /// events. The floor of a phase that must move B bytes is B over it.
+    pub fn copy_bandwidth(&self, bytes: usize) -> Result<f64, GpuError> {
+        let n = (bytes / 8).max(1);
+        let src: CudaSlice<f64> = self.zeros(n)?;
+        let mut dst: CudaSlice<f64> = self.zeros(n)?;
+        for _ in 0..3 {
+            self.copy(&src, &mut dst)?;
+        }
+        let mut ms = (0..20)
+            .map(|_| self.time_ms(|| self.copy(&src, &mut dst)))
+            .collect::<Result<Vec<f64>, GpuError>>()?;
+        ms.sort_by(f64::total_cmp);
+        Ok(2.0 * (n * 8) as f64 / (ms[ms.len() / 2] * 1e-3) / 1e9)
+    }
+
     /// Device time of `work` in milliseconds, between two events on the stream.
     pub fn time_ms(&self, work: impl FnOnce() -> Result<(), GpuError>) -> Result<f64, GpuError> {
         let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);

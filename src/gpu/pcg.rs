@@ -131,6 +131,17 @@ impl LaunchMode {
     }
 }
 
+/// Minimum bytes of one fused PCG iteration on n rows with `off_diagonal`
+/// stored off-diagonal entries, its preconditioner's application not
+/// counted: the SpMV ([`super::matrix::mod_sell_spmv_bytes`]), the
+/// direction (read z, p; write p: 24n) and the update (read p, q, x, r;
+/// write x, r: 48n; Jacobi also reads D⁻¹ and writes z: +16n; an
+/// equilibrated system reads the residual weights 1/s: +8n).
+pub fn iteration_bytes(n: usize, off_diagonal: usize, jacobi: bool, equilibrated: bool) -> f64 {
+    let vectors = 72 + if jacobi { 16 } else { 0 } + if equilibrated { 8 } else { 0 };
+    super::matrix::mod_sell_spmv_bytes(n, off_diagonal) + (vectors * n) as f64
+}
+
 /// Options of a GPU solve.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GpuSolveOptions {

@@ -69,6 +69,7 @@ use super::krylov::GpuKrylovBackend;
 use super::matrix::DeviceModSell;
 use super::pcg::{GpuSolveOptions, GpuVector};
 use super::polynomial::DevicePolynomial;
+use super::smooth::DevicePreconditioner;
 use super::{arg_or_null, Gpu, GpuError, SideWork};
 use crate::flow::simple::{face_offsets, MomentumSolver, PhaseSeconds, Predicted, SimpleSettings};
 use crate::flow::{Convection, FlowError, IterationReport, Simple};
@@ -184,6 +185,28 @@ pub struct DevicePhaseSeconds {
     pub corrections: f64,
     /// Fields read back.
     pub download: f64,
+}
+
+/// Minimum bytes the device loop's solves moved so far, for the floor of
+/// each at the copy bandwidth ([`Gpu::copy_bandwidth`]): the momentum
+/// solves by [`super::bicgstab::loop_bytes`], the pressure solves by
+/// [`super::pcg::iteration_bytes`] with the preconditioner's
+/// [`DevicePreconditioner::application_bytes`] per iteration, and an SpMV
+/// for each initial residual. `None` once a solver whose bytes are not
+/// counted ran (GMRES, a preconditioner without a count).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DevicePhaseBytes {
+    pub momentum_solve: Option<f64>,
+    pub solve: Option<f64>,
+}
+
+impl Default for DevicePhaseBytes {
+    fn default() -> Self {
+        Self {
+            momentum_solve: Some(0.0),
+            solve: Some(0.0),
+        }
+    }
 }
 
 /// A momentum solver as the device runs it: GMRES or PBiCGStab on the
@@ -315,6 +338,7 @@ pub struct DeviceSimple<'g> {
     div: CudaSlice<f64>,
     source: CudaSlice<f64>,
     seconds: DevicePhaseSeconds,
+    bytes: DevicePhaseBytes,
     /// Value re-set-ups of the AMG or polynomial preconditioner so far (the
     /// set-up not counted).
     preconditioner_updates: usize,
@@ -564,6 +588,7 @@ impl<'g> DeviceSimple<'g> {
             source: gpu.zeros(n)?,
             laplacian,
             seconds: DevicePhaseSeconds::default(),
+            bytes: DevicePhaseBytes::default(),
             preconditioner_updates: 0,
             pressure_assembled: false,
             host_current: true,
@@ -606,6 +631,11 @@ impl<'g> DeviceSimple<'g> {
     /// Time by part of the iterations so far.
     pub fn phase_seconds(&self) -> DevicePhaseSeconds {
         self.seconds
+    }
+
+    /// The solves' bytes so far ([`DevicePhaseBytes`]).
+    pub fn phase_bytes(&self) -> DevicePhaseBytes {
+        self.bytes
     }
 
     /// Value re-set-ups of the pressure's AMG or polynomial preconditioner so
@@ -746,6 +776,11 @@ impl<'g> DeviceSimple<'g> {
             };
             let controls = controls(corrector == n_non_orth_correctors);
             let perf = pcg(backend, b, &mut self.p, &controls, "p");
+            let preconditioner = match (&self.amg, &self.polynomial) {
+                (Some(amg), _) => amg.application_bytes(),
+                (None, Some(p)) => p.application_bytes(),
+                (None, None) => Some(0.0),
+            };
             // The AMG value re-set-up's status (deferred: `update_amg`), read
             // now that the solve's residual read-backs have drained the
             // stream; a rejected matrix explains a failed solve, so it is
@@ -757,6 +792,11 @@ impl<'g> DeviceSimple<'g> {
             // error for an inconsistent singular system).
             self.laplacian.deferred_consistency()?;
             let perf = perf.map_err(|e| FlowError::from(e.solving("p")))?;
+            self.bytes.solve = self
+                .bytes
+                .solve
+                .zip(preconditioner)
+                .map(|(b, m)| b + self.pressure_solve_bytes(perf.iterations, m));
             p_solves.push(perf);
             *host += timer.lap(&mut seconds.solve)?;
         }
@@ -765,6 +805,19 @@ impl<'g> DeviceSimple<'g> {
             .subtract_flux(p, &self.r_au, &self.phi_hbya, &self.phi)?;
         *host += timer.lap(&mut seconds.corrections)?;
         Ok(p_solves)
+    }
+
+    /// Minimum bytes of a pressure solve of `iterations` iterations whose
+    /// preconditioner moves `preconditioner` bytes per application: the
+    /// initial residual's SpMV, then per iteration PCG's own bytes and one
+    /// application.
+    fn pressure_solve_bytes(&self, iterations: usize, preconditioner: f64) -> f64 {
+        let Ok(m) = self.laplacian.matrix() else {
+            return 0.0;
+        };
+        let jacobi = self.amg.is_none() && self.polynomial.is_none() && self.solver.jacobi;
+        let iteration = super::pcg::iteration_bytes(m.n, m.codes.len(), jacobi, false);
+        m.spmv_bytes() + iterations as f64 * (iteration + preconditioner)
     }
 
     /// PISO and PIMPLE: rAU of the momentum equation just assembled, the
@@ -957,7 +1010,13 @@ impl<'g> DeviceSimple<'g> {
             host.momentum += timer.lap(&mut seconds.momentum_assembly)?;
         }
         let krylov = m.krylov;
-        let solved = m.solve_components(gpu, &self.components, &mut self.u, &krylov)?;
+        let solved = m.solve_components(
+            gpu,
+            &self.components,
+            &mut self.u,
+            &krylov,
+            &mut self.bytes.momentum_solve,
+        )?;
         let u_initial: Vec<(String, f64)> = solved
             .into_iter()
             .map(|(field, perf)| (field, perf.initial_residual))
@@ -1355,6 +1414,7 @@ impl<'g> DeviceMomentum<'g> {
         components: &[usize],
         u: &mut [GpuVector],
         krylov: &DeviceKrylov,
+        bytes: &mut Option<f64>,
     ) -> Result<Vec<(String, SolverPerformance)>, DeviceFlowError> {
         let fields: Vec<String> = components
             .iter()
@@ -1382,10 +1442,13 @@ impl<'g> DeviceMomentum<'g> {
                         break;
                     }
                 }
+                // GMRES's bytes are not counted.
+                *bytes = None;
                 solved
             }
             KrylovMethod::BiCgStab => {
                 let matrix = self.matrix.as_mut().ok_or_else(lost)?;
+                let size = (matrix.n, matrix.codes.len());
                 if self.bicgstab.is_none() {
                     let options = GpuSolveOptions {
                         slice_height: matrix.slice_height,
@@ -1408,7 +1471,7 @@ impl<'g> DeviceMomentum<'g> {
                     .collect::<Result<Vec<_>, _>>()?;
                 let names: Vec<&str> = fields.iter().map(String::as_str).collect();
                 let k = components.len();
-                solver.solve_lanes(
+                let solved = solver.solve_lanes(
                     matrix,
                     &mut self.diagonals[..k],
                     krylov.jacobi,
@@ -1416,7 +1479,15 @@ impl<'g> DeviceMomentum<'g> {
                     &x,
                     &krylov.controls,
                     &names,
-                )
+                );
+                let iterations: Vec<usize> = solved
+                    .iter()
+                    .filter_map(|perf| perf.as_ref().ok().map(|p| p.iterations))
+                    .collect();
+                *bytes = bytes.map(|b| {
+                    b + super::bicgstab::loop_bytes(size.0, size.1, &iterations, krylov.jacobi)
+                });
+                solved
             }
         };
         let mut reports = Vec::with_capacity(solved.len());

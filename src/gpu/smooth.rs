@@ -116,6 +116,12 @@ pub trait DevicePreconditioner {
     fn preconditioner_name(&self) -> Option<&'static str> {
         None
     }
+    /// Minimum bytes one application moves (each array its kernels read or
+    /// write, once per kernel), for the floor of a solve's time; `None`
+    /// where it is not counted.
+    fn application_bytes(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// Where PCG's fused loop takes r · z of iteration `j` from
@@ -163,6 +169,9 @@ impl<P: DevicePreconditioner + ?Sized> DevicePreconditioner for Rc<P> {
     }
     fn preconditioner_name(&self) -> Option<&'static str> {
         (**self).preconditioner_name()
+    }
+    fn application_bytes(&self) -> Option<f64> {
+        (**self).application_bytes()
     }
 }
 

@@ -20,7 +20,7 @@ use crate::foam::write::{
 };
 use crate::foam::{FoamFile, FoamFormat};
 use crate::fvm::{BoundaryCondition, PatchValues};
-use crate::mesh::{Mesh, MeshError, Patch, Vec3};
+use crate::mesh::{Mesh, MeshError, Patch, PatchKind, Vec3};
 use rayon::prelude::*;
 use std::fmt;
 use std::io::{self, Write};
@@ -236,6 +236,9 @@ pub struct FieldFile<T> {
     pub internal: Values<T>,
     /// The whole file, to find entries nobody read ([`FoamDict::unread`]).
     pub dict: FoamDict,
+    /// `type empty;`: the condition of an empty patch that no entry names
+    /// or groups (OpenFOAM's, whatever the patterns say).
+    empty: FoamDict,
 }
 
 /// A `volScalarField` file.
@@ -275,29 +278,37 @@ impl<T: FieldItem> FieldFile<T> {
         let dimensions = Dimensions::parse(entry, values)?;
         let internal = Values::read(&dict, "internalField", size)?;
         dict.get_dict("boundaryField")?;
+        let empty = FoamDict::from_file(&FoamFile::from_bytes(
+            file.path.clone(),
+            b"type empty;".to_vec(),
+        )?)?;
         Ok(Self {
             path: file.path,
             dimensions,
             internal,
             dict,
+            empty,
         })
     }
 
-    /// The `boundaryField` entry of `patch`: by name (exact, then regular
-    /// expressions), then by the group of its type (`empty`, `wall`, ...).
+    /// The `boundaryField` entry of `patch` as OpenFOAM picks it: its exact
+    /// name, then its groups (`inGroups`, and the type of a wall or
+    /// constraint patch: `wall`, `empty`, ...), then regular expressions;
+    /// an empty patch that no name or group names is `type empty;`.
     pub fn patch(&self, patch: &Patch) -> Result<&FoamDict, MeshError> {
         let boundary = self.dict.get_dict("boundaryField")?;
         let group = patch.kind.foam_name();
-        boundary
-            .get_dict_opt(&patch.name)?
-            .or(boundary.get_dict_opt(group)?)
-            .ok_or_else(|| {
-                boundary.error(format!(
-                    "boundaryField has no entry for patch '{}' (type {group}); add \
-                     '{} {{ type ...; }}'",
-                    patch.name, patch.name
-                ))
-            })
+        let empty = patch.kind == PatchKind::Empty;
+        if let Some(dict) = boundary.get_patch_dict(&patch.name, &patch.groups(), !empty)? {
+            return Ok(dict);
+        }
+        if empty {
+            return Ok(&self.empty);
+        }
+        Err(boundary.error(format!(
+            "boundaryField has no entry for patch '{}' (type {group}); add '{} {{ type ...; }}'",
+            patch.name, patch.name
+        )))
     }
 }
 

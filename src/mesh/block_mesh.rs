@@ -352,6 +352,7 @@ fn divisions(n: usize, grading: &[Section]) -> Vec<f64> {
 struct PatchSpec {
     name: String,
     kind: PatchKind,
+    in_groups: Vec<String>,
     faces: Vec<[usize; 4]>,
     /// Line of the patch, for messages.
     line: usize,
@@ -884,6 +885,7 @@ impl Description {
                 kind: spec.kind,
                 start,
                 size: owner.len() - start,
+                in_groups: spec.in_groups.clone(),
             });
         }
         let default_start = owner.len();
@@ -932,6 +934,7 @@ impl Description {
                         kind: self.default_kind,
                         start: default_start,
                         size: n_default,
+                        in_groups: Vec::new(),
                     });
                 }
             }
@@ -1304,9 +1307,14 @@ fn read_boundary(file: &Path, v: &Value) -> Result<Vec<PatchSpec>, MeshError> {
             }
         };
         warn_other_patch_keys(file, name, d);
+        let in_groups = match d.get("inGroups") {
+            Some(e) => e.words(file)?,
+            None => Vec::new(),
+        };
         out.push(PatchSpec {
             name: name.clone(),
             kind,
+            in_groups,
             faces,
             line: body.line,
         });
@@ -1359,6 +1367,7 @@ fn read_old_patches(file: &Path, v: &Value) -> Result<Vec<PatchSpec>, MeshError>
             Ok(PatchSpec {
                 name: name.clone(),
                 kind: patch_kind(file, chunk[0].line, name, kind)?,
+                in_groups: Vec::new(),
                 faces: patch_faces(file, &chunk[2], name)?,
                 line: chunk[0].line,
             })

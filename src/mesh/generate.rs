@@ -885,6 +885,7 @@ fn assemble(
                 kind,
                 start,
                 size,
+                in_groups: Vec::new(),
             };
             start += size;
             p

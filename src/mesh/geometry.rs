@@ -685,6 +685,7 @@ mod tests {
             kind: PatchKind::Wall,
             start: 0,
             size: 5,
+            in_groups: Vec::new(),
         }];
         let mesh = Mesh::new(pts, faces, vec![0; 5], vec![], patches).unwrap();
         let g = mesh.geometry().unwrap();

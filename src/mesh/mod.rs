@@ -265,9 +265,36 @@ pub struct Patch {
     pub start: usize,
     /// Number of faces.
     pub size: usize,
+    /// The groups it is in besides the one its type implies (`inGroups`
+    /// of `polyMesh/boundary` or of a blockMeshDict patch): a field's
+    /// `boundaryField` entry named by a group applies to its patches.
+    pub in_groups: Vec<String>,
 }
 
 impl Patch {
+    /// A patch in no group beyond its type's.
+    pub fn new(name: impl Into<String>, kind: PatchKind, start: usize, size: usize) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+            start,
+            size,
+            in_groups: Vec::new(),
+        }
+    }
+
+    /// Its groups as OpenFOAM has them: `in_groups`, with the name of its
+    /// type added for a wall and for the constraint types (`empty`,
+    /// `symmetryPlane`, `symmetry`), once.
+    pub fn groups(&self) -> Vec<&str> {
+        let mut groups: Vec<&str> = self.in_groups.iter().map(String::as_str).collect();
+        let implied = self.kind.foam_name();
+        if self.kind != PatchKind::Patch && !groups.contains(&implied) {
+            groups.push(implied);
+        }
+        groups
+    }
+
     pub fn faces(&self) -> std::ops::Range<usize> {
         self.start..self.start + self.size
     }
@@ -802,6 +829,7 @@ pub(crate) mod tests {
             kind: PatchKind::Wall,
             start: 0,
             size: 6,
+            in_groups: Vec::new(),
         }];
         Mesh::new(points, faces, vec![0; 6], vec![], patches).unwrap()
     }

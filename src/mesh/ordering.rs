@@ -98,6 +98,7 @@ pub fn mesh_from_unordered_faces(
                 kind,
                 start,
                 size,
+                in_groups: Vec::new(),
             });
             start += size;
         }

@@ -340,11 +340,16 @@ fn read_patch(path: &Path, name: &Value, dict: &Value) -> Result<Patch, MeshErro
         usize::try_from(e.single_label(path)?)
             .map_err(|_| MeshError::parse(path, e.line, format!("'{key}' is too large")))
     };
+    let in_groups = match d.get("inGroups") {
+        Some(e) => e.words(path)?,
+        None => Vec::new(),
+    };
     Ok(Patch {
         name: name.clone(),
         kind,
         start: number("startFace")?,
         size: number("nFaces")?,
+        in_groups,
     })
 }
 
@@ -455,8 +460,14 @@ fn write_boundary(w: &mut dyn Write, patches: &[Patch]) -> std::io::Result<()> {
     for p in patches {
         writeln!(w, "    {}\n    {{", p.name)?;
         writeln!(w, "        type            {};", p.kind.foam_name())?;
-        if p.kind == PatchKind::Wall {
-            writeln!(w, "        inGroups        1(wall);")?;
+        let groups = p.groups();
+        if !groups.is_empty() {
+            writeln!(
+                w,
+                "        inGroups        {}({});",
+                groups.len(),
+                groups.join(" ")
+            )?;
         }
         writeln!(w, "        nFaces          {};", p.size)?;
         writeln!(w, "        startFace       {};\n    }}", p.start)?;

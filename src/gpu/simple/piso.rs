@@ -61,7 +61,7 @@ use cudarc::driver::CudaSlice;
 
 use super::{
     launch_face_walk, launch_row_walk, lost, ComponentInputs, DeviceFlowError, DeviceKrylov,
-    DeviceMomentum, DevicePhaseSeconds, DevicePressureSolver, DeviceSimple, Lap,
+    DeviceMomentum, DevicePhaseBytes, DevicePhaseSeconds, DevicePressureSolver, DeviceSimple, Lap,
 };
 use crate::flow::piso::{
     ddt_coefficients, log_courant, max_initial_residual, DdtScheme, OldTime, Piso, StepReport,
@@ -75,6 +75,9 @@ use crate::solve::{SolverControls, SolverPerformance};
 
 /// Threads of the one-block max reduction (`piso_max_reduce`).
 const MAX_BLOCK: u32 = 1024;
+/// Bytes of the copy that measures the bandwidth the solves' floors are
+/// taken at: large against the L2 cache, small against the device.
+pub const FLOOR_COPY_BYTES: usize = 256 << 20;
 
 /// Time per part of the device steps so far (seconds; each part
 /// synchronised at its end where `synchronised`).
@@ -281,6 +284,17 @@ impl<'g> DevicePiso<'g> {
     }
 
     /// Time per part of the steps so far.
+    /// The bytes the solves moved so far ([`DevicePhaseBytes`]).
+    pub fn phase_bytes(&self) -> DevicePhaseBytes {
+        self.device.phase_bytes()
+    }
+
+    /// The device's copy bandwidth in GB/s, measured now
+    /// ([`Gpu::copy_bandwidth`] on [`FLOOR_COPY_BYTES`]).
+    pub fn copy_bandwidth(&self) -> Result<f64, GpuError> {
+        self.device.gpu.copy_bandwidth(FLOOR_COPY_BYTES)
+    }
+
     pub fn seconds(&self) -> DeviceStepSeconds {
         DeviceStepSeconds {
             parts: self.device.phase_seconds(),
@@ -468,7 +482,13 @@ impl<'g> DevicePiso<'g> {
     ) -> Result<Vec<(String, SolverPerformance)>, DeviceFlowError> {
         let d = &mut self.device;
         let m = d.momentum.as_mut().ok_or_else(lost)?;
-        let solves = m.solve_components(d.gpu, &d.components, &mut d.u, solver)?;
+        let solves = m.solve_components(
+            d.gpu,
+            &d.components,
+            &mut d.u,
+            solver,
+            &mut d.bytes.momentum_solve,
+        )?;
         timer.lap(&mut seconds.momentum_solve)?;
         Ok(solves)
     }

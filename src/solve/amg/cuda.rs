@@ -2186,6 +2186,10 @@ impl DevicePreconditioner for DeviceAmg<'_> {
     fn graph_key(&self) -> Option<u64> {
         Some(self.graph_key)
     }
+    /// One cycle's bytes, all levels ([`Self::cycle_bytes`]).
+    fn application_bytes(&self) -> Option<f64> {
+        Some(self.cycle_bytes().iter().sum())
+    }
 }
 
 /// The AMG the GPU runs for `s`: V-, W- and K-cycles as given, with Jacobi or
