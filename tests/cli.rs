@@ -157,13 +157,7 @@ fn inverted_mesh_fails_the_checks() {
         1, 5, 7, 3, // x = 1
     ];
     let faces = FaceList::uniform(4, inward).unwrap();
-    let patches = vec![Patch {
-        name: "walls".into(),
-        kind: PatchKind::Wall,
-        start: 0,
-        size: 6,
-        in_groups: Vec::new(),
-    }];
+    let patches = vec![Patch::new("walls", PatchKind::Wall, 0, 6)];
     let mesh = Mesh::new(points, faces, vec![0; 6], vec![], patches).unwrap();
     let case = common::Scratch::new("inverted_cube");
     let dir = case.join("constant/polyMesh");

@@ -99,13 +99,7 @@ fn box_mesh(n: [usize; 3], len: [f64; 3], skew: f64, two_d: bool) -> Mesh {
             faces.push(&f).unwrap();
             owner.push(c);
         }
-        patches.push(Patch {
-            name: name.into(),
-            kind,
-            start,
-            size: owner.len() - start,
-            in_groups: Vec::new(),
-        });
+        patches.push(Patch::new(name, kind, start, owner.len() - start));
     };
     let side = if two_d {
         PatchKind::Empty

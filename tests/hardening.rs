@@ -135,6 +135,25 @@ fn counts_from_input_are_checked_before_allocating() {
     );
 }
 
+/// The preconditioner study refuses an iteration limit no solve takes and
+/// more subdomains than rows or than its dense coarse matrix holds, before
+/// any solve.
+#[test]
+fn the_preconditioner_study_checks_its_limits() {
+    let dir = Scratch::new("study_limits");
+    let case = steady_case(&dir);
+    refused(
+        &["preconditioners", arg(&case), "--max-iter", "1000000000000"],
+        "maxIter 1000000000000 is more than the 10000000 allowed",
+    );
+    for k in ["0", "100000000"] {
+        refused(
+            &["preconditioners", arg(&case), "--subdomains", k],
+            &format!("--subdomains {k}: expected 1 to"),
+        );
+    }
+}
+
 /// A transient case's deltaT that makes more steps than any run takes (a
 /// typo) is refused before the mesh is read, naming controlDict's deltaT;
 /// with `adjustTimeStep` deltaT is only the first step's start.
@@ -277,6 +296,15 @@ fn special_files_are_refused_not_read_forever() {
         "#include \"/dev/zero\"\nsolvers",
     );
     refused(&["run", arg(&case)], "a character device");
+    // A blockMeshDict that is no regular file is named as such, not taken
+    // for a case without a mesh.
+    let case = dir.join("block_mesh");
+    common::copy_case_inputs(&common::repo("cases/cavity_ico"), &case);
+    let dict = case.join("system/blockMeshDict");
+    fs::remove_file(&dict).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &dict).unwrap();
+    let msg = refused(&["check-mesh", arg(&case)], "a character device");
+    assert!(msg.contains("blockMeshDict"), "{msg}");
 }
 
 #[test]

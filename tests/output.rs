@@ -205,6 +205,28 @@ fn openfoam_cases_get_vtk_and_foam_to_vtk_converts_written_times() {
         "{}",
         log_of(&o)
     );
+
+    // A later time that cannot be read fails the conversion and leaves the
+    // series converted before as it was: its listing and its steps.
+    ok(fvpoisson_in(&case, &["foam-to-vtk", dir]));
+    let before = std::fs::read(&pvd).unwrap();
+    std::fs::write(
+        case.join(&last).join("T"),
+        "FoamFile { version 2.0; format ascii; class volScalarField; object T; }\n\
+         dimensions [0 0 0 1 0 0 0];\ninternalField uniform;\nboundaryField {}\n",
+    )
+    .unwrap();
+    let o = fvpoisson_in(&case, &["foam-to-vtk", dir]);
+    assert_eq!(o.status.code(), Some(2), "{}", log_of(&o));
+    assert!(log_of(&o).contains(&last), "{}", log_of(&o));
+    assert_eq!(std::fs::read(&pvd).unwrap(), before);
+    check_with_vtk(&pvd, 240, "T");
+    let left: Vec<_> = std::fs::read_dir(case.join("VTK"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// A second run of a case is refused while the first (here: a lock held by

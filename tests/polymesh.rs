@@ -336,6 +336,19 @@ fn malformed_files_give_file_and_line() {
         e.contains("patch 'frontAndBack': patch type 'cyclic' is not supported"),
         "{e}"
     );
+    // An owner list one entry short (count and list cut alike) is named as
+    // such, not as a face ordering error.
+    let e = cavity_error("owner", |t| {
+        let cut = t.replacen("\n1640\n", "\n1639\n", 1);
+        let end = cut.rfind("\n)").unwrap();
+        let last = cut[..end].rfind('\n').unwrap();
+        format!("{}{}", &cut[..last], &cut[end..])
+    });
+    assert_eq!(
+        e,
+        "owner: 1639 entries for the 1640 faces of 'faces': owner lists one cell per face (a \
+         file cut short, or owner and faces of different meshes?)"
+    );
     // A corrupt large cell label is named before renumbering hides it.
     let e = cavity_error("owner", |t| t.replacen("(\n0\n0\n", "(\n0\n99999\n", 1));
     assert_eq!(

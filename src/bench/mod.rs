@@ -73,13 +73,28 @@ pub struct PreconditionersArgs {
 /// `preconditioners`: the case's matrix, the study, the table.
 fn preconditioners(args: PreconditionersArgs) -> anyhow::Result<()> {
     use precond_study::{run, StudyConfig};
+    let controls = SolverControls::absolute(args.tol, args.max_iter);
+    controls
+        .validate()
+        .map_err(|e| anyhow::anyhow!("--tol/--max-iter: {e}"))?;
     let a = fvpoisson::case::initial_matrix(&args.case)?;
+    if let Some(k) = args.subdomains {
+        // The deflation's coarse operator is a dense k × k matrix, and more
+        // subdomains than rows is no partition.
+        let most = a.n_rows().min(fvpoisson::solve::deflation::MAX_SUBDOMAINS);
+        anyhow::ensure!(
+            (1..=most).contains(&k),
+            "--subdomains {k}: expected 1 to {most} (at most one a row and {} in all: the \
+             coarse matrix is dense)",
+            fvpoisson::solve::deflation::MAX_SUBDOMAINS
+        );
+    }
     let gpu = args.device.select()?;
     let config = StudyConfig {
         rhs: args.rhs,
         partition: args.partition,
         subdomains: args.subdomains,
-        controls: SolverControls::absolute(args.tol, args.max_iter),
+        controls,
     };
     let study = run(&a, &config, gpu.as_ref())
         .with_context(|| format!("preconditioner study of {}", args.case.display()))?;

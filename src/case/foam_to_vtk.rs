@@ -14,6 +14,7 @@ use super::CaseError;
 use crate::foam::FoamFile;
 use crate::io::foam_field::{FieldFile, FieldItem, Values};
 use crate::io::vtk::{series_name_for, Field, VtkEncoding, VtkSeries};
+use crate::io::OutputError;
 use crate::mesh::{Mesh, MeshError, Vec3};
 use std::path::{Path, PathBuf};
 
@@ -115,11 +116,65 @@ pub fn foam_to_vtk(
         || case_dir.join(super::openfoam::VTK_DIRECTORY),
         Path::to_path_buf,
     );
-    let mut series =
-        VtkSeries::new(&mesh, out_dir, &series_name_for(case_dir))?.with_encoding(encoding);
+    // The steps are written into a staging folder beside the series and
+    // moved in once every time has converted: a time that fails to read
+    // leaves the earlier series as it was, not a listing cut short.
+    let series_name = series_name_for(case_dir);
+    let staging = out_dir.join(format!(".{series_name}.converting"));
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(|e| OutputError::io(&staging, e))?;
+    }
+    let staged = convert_times(&mesh, case_dir, &staging, &series_name, selected, encoding);
+    let mut converted = match staged {
+        Ok(done) => done,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(e);
+        }
+    };
+    publish(&staging, &out_dir, &series_name)?;
+    converted.pvd = out_dir.join(format!("{series_name}.pvd"));
+    Ok(converted)
+}
+
+/// Moves the staged series' files into `out_dir`, replacing those of the
+/// same names, the `.pvd` listing last; then removes the staging folder.
+fn publish(staging: &Path, out_dir: &Path, series_name: &str) -> Result<(), CaseError> {
+    let pvd = format!("{series_name}.pvd");
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(staging)
+        .map_err(|e| OutputError::io(staging, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    // The listing after the files it lists.
+    entries.sort_by_key(|path| path.file_name().is_some_and(|n| *n == *pvd));
+    for from in entries {
+        let Some(name) = from.file_name() else {
+            continue;
+        };
+        let to = out_dir.join(name);
+        if to.is_dir() {
+            std::fs::remove_dir_all(&to).map_err(|e| OutputError::io(&to, e))?;
+        }
+        std::fs::rename(&from, &to).map_err(|e| OutputError::io(&to, e))?;
+    }
+    std::fs::remove_dir(staging).map_err(|e| OutputError::io(staging, e))?;
+    Ok(())
+}
+
+/// Converts `selected` times of `case_dir` into the series `series_name` in
+/// `dir`.
+fn convert_times(
+    mesh: &Mesh,
+    case_dir: &Path,
+    dir: &Path,
+    series_name: &str,
+    selected: Vec<(f64, String)>,
+    encoding: VtkEncoding,
+) -> Result<Converted, CaseError> {
+    let mut series = VtkSeries::new(mesh, dir, series_name)?.with_encoding(encoding);
     let mut converted = Vec::new();
     for (time, name) in selected {
-        let fields = read_time_directory(&mesh, &case_dir.join(&name))?;
+        let fields = read_time_directory(mesh, &case_dir.join(&name))?;
         let (cell, boundary): (Vec<Field>, Vec<Field>) = fields
             .iter()
             .map(|f| match f {

@@ -431,7 +431,7 @@ impl Reader {
         let interval = control.get_scalar("writeInterval")?;
         let by_time = matches!(write_control.as_str(), "runTime" | "adjustableRunTime")
             && interval.is_finite()
-            && interval >= delta_t
+            && interval > 0.0
             && !is_whole(interval / delta_t);
         let (write_every, write_time) = match by_time {
             true => (1, Some(interval)),

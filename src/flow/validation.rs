@@ -676,13 +676,7 @@ fn cylinder_mesh(n: usize) -> Result<Mesh, FlowError> {
                         faces: &mut FaceList,
                         owner: &mut Vec<Label>|
      -> Result<(), FlowError> {
-        patches.push(Patch {
-            name: name.into(),
-            kind,
-            start: owner.len(),
-            size: quads.len(),
-            in_groups: Vec::new(),
-        });
+        patches.push(Patch::new(name, kind, owner.len(), quads.len()));
         for (c, quad, out) in quads {
             faces
                 .push(&oriented(quad, out))

@@ -132,8 +132,23 @@ impl Entry {
                 format!("expected '{}' to be a list of words (a b ...)", self.key),
             )
         };
-        match &self.value {
-            EntryValue::Stream(v) if v.len() == 1 => match &v[0].kind {
+        // `inGroups List<word> 1(wall);`: the list's type before it.
+        let list = match &self.value {
+            EntryValue::Stream(v) => match v.as_slice() {
+                [Value {
+                    kind: ValueKind::Word(t),
+                    ..
+                }, list]
+                    if t.starts_with("List<") =>
+                {
+                    std::slice::from_ref(list)
+                }
+                all => all,
+            },
+            EntryValue::Dict(_) => return Err(bad()),
+        };
+        match list {
+            [value] => match &value.kind {
                 ValueKind::List(items) => items
                     .iter()
                     .map(|item| match &item.kind {
@@ -560,6 +575,13 @@ mod tests {
         assert_eq!(u[0].to_scalars(Path::new("d")).unwrap(), vec![0.5; 3]);
         assert!(d.get("#include").is_some());
         assert_eq!(d.get("v").unwrap().line, 3);
+        // A patch's groups, with and without the list's count and type.
+        let groups = parse("a 1(wall); b (x \"y\"); c List<word> 2(p q); d 3;").unwrap();
+        let words = |key: &str| groups.get(key).unwrap().words(Path::new("d"));
+        assert_eq!(words("a").unwrap(), ["wall"]);
+        assert_eq!(words("b").unwrap(), ["x", "y"]);
+        assert_eq!(words("c").unwrap(), ["p", "q"]);
+        assert!(words("d").is_err());
         // A number before a list that it does not count is just a number.
         let d = parse("edges ( arc 0 5 (0.4 0.1 0) );\nf { $p; x 1; };\n").unwrap();
         let EntryValue::Stream(e) = &d.get("edges").unwrap().value else {

@@ -1090,7 +1090,7 @@ mod tests {
         // `$internalField` and patch lookup by pattern and by group.
         std::fs::write(
             &path,
-            format!("{head}dimensions [0 0 0 1 0 0 0];\ninternalField uniform 7;\nboundaryField {{\n  \"x.*\" {{ type fixedValue; value $internalField; }}\n  patch {{ type zeroGradient; }}\n}}\n"),
+            format!("{head}dimensions [0 0 0 1 0 0 0];\ninternalField uniform 7;\nboundaryField {{\n  \"x.*\" {{ type fixedValue; value $internalField; }}\n  sides {{ type zeroGradient; }}\n}}\n"),
         )
         .unwrap();
         let mesh = load("box:2x1x1").unwrap();
@@ -1100,12 +1100,10 @@ mod tests {
             FieldValues::read(xmax, "value", 1).unwrap(),
             FieldValues::Uniform(7.0)
         );
+        let mut side = mesh.patches()[2].clone();
+        side.in_groups = vec!["sides".into()];
         assert_eq!(
-            field
-                .patch(&mesh.patches()[2])
-                .unwrap()
-                .get_word("type")
-                .unwrap(),
+            field.patch(&side).unwrap().get_word("type").unwrap(),
             "zeroGradient"
         );
         std::fs::write(&path, format!("{head}dimensions [0 0 0 1 0 0 0];\ninternalField uniform 7;\nboundaryField {{\n  xmin {{ type zeroGradient; }}\n}}\n")).unwrap();

@@ -69,7 +69,15 @@ impl CaseLock {
         let content = format!("{} {}\n", std::process::id(), host_name());
         // The complete content under a name of our own, then linked into place.
         let mine = super::temporary_path(&path)?;
-        fs::write(&mine, &content).map_err(|e| OutputError::io(&mine, e))?;
+        // A case that cannot take a new file (read-only, or gone) is named,
+        // not the lock's temporary name.
+        fs::write(&mine, &content).map_err(|e| {
+            OutputError::invalid(format!(
+                "{}: cannot write in the case directory to lock it for this run ({e}); a \
+                 run writes its results there, so it must be writable",
+                case_dir.display()
+            ))
+        })?;
         let result = Self::link(&mine, &path, &content);
         let _ = fs::remove_file(&mine);
         result
@@ -182,6 +190,24 @@ mod tests {
         let leftovers: Vec<_> = fs::read_dir(&dir).unwrap().collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A case directory the lock cannot be written in is named, with why,
+    /// not the lock's temporary file.
+    #[test]
+    fn a_case_that_takes_no_file_is_named() {
+        let parent = scratch("unwritable");
+        let dir = parent.join("gone");
+        let e = CaseLock::acquire(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "{}: cannot write in the case directory",
+                dir.display()
+            )),
+            "{e}"
+        );
+        assert!(!e.contains(".tmp"), "{e}");
+        fs::remove_dir_all(&parent).unwrap();
     }
 
     /// The lock of a process that no longer runs (a killed run) is taken

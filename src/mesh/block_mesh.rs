@@ -80,8 +80,11 @@ fn edge_index(d: usize, a: usize, b: usize) -> usize {
 }
 
 /// The path of the dictionary a case's mesh would be built from, when the case
-/// has `system/blockMeshDict` (or the old `constant/polyMesh/blockMeshDict`).
+/// has `system/blockMeshDict` (or the old `constant/polyMesh/blockMeshDict`):
+/// whatever it is, so that one that is not a regular file (a FIFO, a
+/// device) is refused by name when read, not taken for a missing mesh.
 pub fn block_mesh_dict(case_dir: &Path) -> Option<PathBuf> {
+    let present = |p: &Path| std::fs::symlink_metadata(p).is_ok();
     [
         case_dir.join("system").join("blockMeshDict"),
         case_dir
@@ -90,7 +93,7 @@ pub fn block_mesh_dict(case_dir: &Path) -> Option<PathBuf> {
             .join("blockMeshDict"),
     ]
     .into_iter()
-    .find(|p| p.is_file() || crate::foam::gz_path(p).is_file())
+    .find(|p| present(p) || present(&crate::foam::gz_path(p)))
 }
 
 /// Builds the mesh described by the `blockMeshDict` at `path`.
@@ -929,13 +932,12 @@ impl Description {
                         self.default_name,
                         self.default_kind.foam_name()
                     );
-                    patches.push(Patch {
-                        name: self.default_name.clone(),
-                        kind: self.default_kind,
-                        start: default_start,
-                        size: n_default,
-                        in_groups: Vec::new(),
-                    });
+                    patches.push(Patch::new(
+                        self.default_name.clone(),
+                        self.default_kind,
+                        default_start,
+                        n_default,
+                    ));
                 }
             }
         }

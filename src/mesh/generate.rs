@@ -880,13 +880,7 @@ fn assemble(
         .patches
         .into_iter()
         .map(|(name, kind, size)| {
-            let p = Patch {
-                name,
-                kind,
-                start,
-                size,
-                in_groups: Vec::new(),
-            };
+            let p = Patch::new(name, kind, start, size);
             start += size;
             p
         })

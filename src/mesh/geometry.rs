@@ -680,13 +680,7 @@ mod tests {
         ] {
             faces.push(f).unwrap();
         }
-        let patches = vec![Patch {
-            name: "all".into(),
-            kind: PatchKind::Wall,
-            start: 0,
-            size: 5,
-            in_groups: Vec::new(),
-        }];
+        let patches = vec![Patch::new("all", PatchKind::Wall, 0, 5)];
         let mesh = Mesh::new(pts, faces, vec![0; 5], vec![], patches).unwrap();
         let g = mesh.geometry().unwrap();
         assert!(close(g.cell_volumes[0], 2.0));

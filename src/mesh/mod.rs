@@ -824,13 +824,7 @@ pub(crate) mod tests {
             1, 2, 6, 5, // x = 1
         ];
         let faces = FaceList::uniform(4, labels).unwrap();
-        let patches = vec![Patch {
-            name: "walls".into(),
-            kind: PatchKind::Wall,
-            start: 0,
-            size: 6,
-            in_groups: Vec::new(),
-        }];
+        let patches = vec![Patch::new("walls", PatchKind::Wall, 0, 6)];
         Mesh::new(points, faces, vec![0; 6], vec![], patches).unwrap()
     }
 

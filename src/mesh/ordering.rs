@@ -93,13 +93,7 @@ pub fn mesh_from_unordered_faces(
     let mut mesh_patches = Vec::new();
     for ((name, kind), size) in patches.into_iter().zip(counts) {
         if size > 0 {
-            mesh_patches.push(Patch {
-                name,
-                kind,
-                start,
-                size,
-                in_groups: Vec::new(),
-            });
+            mesh_patches.push(Patch::new(name, kind, start, size));
             start += size;
         }
     }

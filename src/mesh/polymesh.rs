@@ -36,6 +36,19 @@ pub fn read_polymesh(path: &Path) -> Result<Mesh, MeshError> {
     let owner = owner?;
     let neighbour = neighbour?;
     let patches = patches?;
+    // A face without its owner (an owner list cut short, or one of another
+    // mesh) would read as a face ordering error further on.
+    if owner.len() != faces.len() {
+        return Err(MeshError::InFile {
+            file: dir.join("owner"),
+            msg: format!(
+                "{} entries for the {} faces of 'faces': owner lists one cell per face \
+                 (a file cut short, or owner and faces of different meshes?)",
+                owner.len(),
+                faces.len()
+            ),
+        });
+    }
     check_cell_labels(&owner, &neighbour, &dir)?;
     let (faces, owner, neighbour) = upper_triangular(faces, owner, neighbour, &dir)?;
     Mesh::new(points, faces, owner, neighbour, patches).map_err(|e| e.in_file(&dir))
@@ -340,10 +353,13 @@ fn read_patch(path: &Path, name: &Value, dict: &Value) -> Result<Patch, MeshErro
         usize::try_from(e.single_label(path)?)
             .map_err(|_| MeshError::parse(path, e.line, format!("'{key}' is too large")))
     };
-    let in_groups = match d.get("inGroups") {
+    // The group its type implies (`wall` of a wall, as OpenFOAM writes it)
+    // is not kept: `Patch::groups` adds it.
+    let mut in_groups = match d.get("inGroups") {
         Some(e) => e.words(path)?,
         None => Vec::new(),
     };
+    in_groups.retain(|g| kind == PatchKind::Patch || g != kind.foam_name());
     Ok(Patch {
         name: name.clone(),
         kind,
