@@ -96,6 +96,68 @@ fn a_rerun_keeps_the_earlier_min_max_file_and_rewrites_probes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// As v1912: `#includeFunc residuals(p)` writes under
+/// `postProcessing/residuals(p)` with p's columns; a quoted `fields` entry
+/// is a regular expression (`(".*")`: U and p); a fieldMinMax that runs at
+/// the write times is refused, by its reason, where the run writes by time.
+#[test]
+fn solver_info_names_and_patterns_and_write_time_objects_as_openfoam() {
+    let dir = cavity_with(
+        "fo_solver_info",
+        "functions\n{\n    #includeFunc residuals(p)\n    \
+         all { type solverInfo; fields (\".*\"); }\n}\n",
+    );
+    let out = common::fvpoisson(&["run", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let read = |object: &str| {
+        let path = dir
+            .join("postProcessing")
+            .join(object)
+            .join("0/solverInfo.dat");
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let header = |text: &str| -> Vec<String> {
+        let line = text.lines().nth(1).unwrap();
+        line.split('\t')
+            .skip(1)
+            .map(|c| c.trim().to_string())
+            .collect()
+    };
+    assert_eq!(
+        header(&read("residuals(p)")),
+        ["p_solver", "p_initial", "p_final", "p_iters", "p_converged"]
+    );
+    let all = header(&read("all"));
+    assert_eq!(all.first().map(String::as_str), Some("U_solver"));
+    assert_eq!(all.last().map(String::as_str), Some("p_converged"));
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let dir = cavity_with(
+        "fo_write_time",
+        "functions\n{\n    atWrites { type fieldMinMax; fields (p); writeControl writeTime; }\n}\n",
+    );
+    let control = dir.join("system/controlDict");
+    let text = std::fs::read_to_string(&control).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("writeControl"))
+        .unwrap();
+    let text = text.replace(line, "writeControl runTime;");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("writeInterval"))
+        .unwrap();
+    std::fs::write(&control, text.replace(line, "writeInterval 0.012;")).unwrap();
+    let out = common::fvpoisson(&["run", dir.to_str().unwrap()]);
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(
+        log.contains("writeControl writeTime: the run writes by time"),
+        "{log}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// v1912 runs a fieldMinMax's fields in sorted order: `fields (p U)`
 /// writes what `fields (U p)` writes.
 #[test]

@@ -84,8 +84,9 @@ fn preconditioners(args: PreconditionersArgs) -> anyhow::Result<()> {
         let most = a.n_rows().min(fvpoisson::solve::deflation::MAX_SUBDOMAINS);
         anyhow::ensure!(
             (1..=most).contains(&k),
-            "--subdomains {k}: expected 1 to {most} (at most one a row and {} in all: the \
-             coarse matrix is dense)",
+            "--subdomains {k}: expected 1 to {most} (at most the matrix's {} rows, and at \
+             most {}: the k x k coarse matrix is dense)",
+            a.n_rows(),
             fvpoisson::solve::deflation::MAX_SUBDOMAINS
         );
     }

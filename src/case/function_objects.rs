@@ -30,7 +30,7 @@ use super::CaseError;
 use crate::flow::simple::Simple;
 use crate::foam::dict::{Value, ValueKind};
 use crate::foam::write::{format_general, format_scientific};
-use crate::foam::FoamDict;
+use crate::foam::{FoamDict, FoamEntry};
 use crate::io::foam_field::time_name;
 use crate::io::OutputError;
 use crate::mesh::{Geometry, Mesh, PatchKind, Vec3};
@@ -129,7 +129,11 @@ pub(super) fn read_functions(
                 let (name, fields) = match dict {
                     Some(dict) => {
                         let fields = match dict.contains("fields") {
-                            true => listed_fields(dict)?,
+                            true => {
+                                let (fields, unknown) = selected_fields(dict)?;
+                                warn_unsolved(r, e, &unknown);
+                                fields
+                            }
                             false => {
                                 r.warn(format!(
                                     "{}:{}: function object '{}' names no 'fields': U and p \
@@ -144,32 +148,29 @@ pub(super) fn read_functions(
                         common_entries(r, dict);
                         (e.key().to_string(), fields)
                     }
-                    // `#includeFunc residuals(p)`: the fields in brackets;
-                    // the packaged object's own are (p U).
+                    // `#includeFunc residuals(p)`: the fields in brackets
+                    // (the packaged object's own are (p U)); v1912 names the
+                    // object by the call without its white space, so
+                    // `residuals(p)` writes postProcessing/residuals(p).
                     None => {
-                        let fields = e
-                            .key()
-                            .split_once('(')
-                            .map(|(_, list)| {
-                                list.trim_end_matches(')')
-                                    .split([' ', ','])
-                                    .filter(|f| !f.is_empty())
-                                    .map(String::from)
-                                    .collect()
-                            })
-                            .unwrap_or_else(|| FIELDS.map(String::from).to_vec());
-                        ("residuals".to_string(), fields)
+                        let call = e.key().strip_prefix("#includeFunc").unwrap_or(e.key());
+                        let name: String = call.chars().filter(|c| !c.is_whitespace()).collect();
+                        let listed: Vec<String> = match name.split_once('(') {
+                            Some((_, list)) => list
+                                .trim_end_matches(')')
+                                .split(',')
+                                .filter(|f| !f.is_empty())
+                                .map(String::from)
+                                .collect(),
+                            None => FIELDS.map(String::from).to_vec(),
+                        };
+                        let (fields, unknown): (Vec<String>, Vec<String>) = listed
+                            .into_iter()
+                            .partition(|f| FIELDS.contains(&f.as_str()));
+                        warn_unsolved(r, e, &unknown);
+                        (name, fields)
                     }
                 };
-                for field in fields.iter().filter(|f| !FIELDS.contains(&f.as_str())) {
-                    r.warn(format!(
-                        "{}:{}: function object '{}': field '{field}' has no solve in this \
-                         solver, not written",
-                        e.file().display(),
-                        e.line(),
-                        e.key()
-                    ));
-                }
                 objects.residuals.push(SolverInfo {
                     name,
                     u: fields.iter().any(|f| f == "U"),
@@ -251,38 +252,74 @@ fn sorted(mut names: Vec<String>) -> Vec<String> {
     names
 }
 
-/// `fields (U p)`: each of U and p.
+/// `fields (U p)`: each of U and p (a quoted name as a regular expression).
 fn field_names(dict: &FoamDict) -> Result<Vec<String>, CaseError> {
-    let words = listed_fields(dict)?;
-    if let Some(other) = words.iter().find(|w| !FIELDS.contains(&w.as_str())) {
+    let (fields, unknown) = selected_fields(dict)?;
+    if let Some(other) = unknown.first() {
         let entry = dict.entry("fields").expect("read above");
         return Err(at(
             entry,
             format!("fields: '{other}' is not a field of the run; U and p are"),
         ));
     }
-    Ok(words)
+    Ok(fields)
 }
 
-/// The names of `fields (...)`, whichever they are.
-fn listed_fields(dict: &FoamDict) -> Result<Vec<String>, CaseError> {
+/// Names `unknown` fields of a solverInfo object `e` in a warning: v1912
+/// writes only the fields that were solved.
+fn warn_unsolved(r: &mut Reader, e: &FoamEntry, unknown: &[String]) {
+    for field in unknown {
+        r.warn(format!(
+            "{}:{}: function object '{}': field '{field}' has no solve in this solver, not \
+             written",
+            e.file().display(),
+            e.line(),
+            e.key()
+        ));
+    }
+}
+
+/// The run's fields that `fields (...)` selects, in the order listed, each
+/// once: a word by its name, a quoted name as a regular expression (v1912's
+/// `(".*")`); and the words that name no field of the run.
+fn selected_fields(dict: &FoamDict) -> Result<(Vec<String>, Vec<String>), CaseError> {
     let (entry, values) = dict
         .stream_entry("fields")?
         .ok_or_else(|| CaseError::Mesh(dict.missing("fields")))?;
-    let words = match values {
-        [Value {
-            kind: ValueKind::List(items),
-            ..
-        }] => items
-            .iter()
-            .map(|v| match &v.kind {
-                ValueKind::Word(w) | ValueKind::Str(w) => Some(w.clone()),
-                _ => None,
-            })
-            .collect::<Option<Vec<String>>>(),
-        _ => None,
+    let bad = || at(entry, "fields: expected a list of field names, (U p)");
+    let [Value {
+        kind: ValueKind::List(items),
+        ..
+    }] = values
+    else {
+        return Err(bad());
     };
-    words.ok_or_else(|| at(entry, "fields: expected a list of field names, (U p)"))
+    let (mut fields, mut unknown) = (Vec::new(), Vec::new());
+    for item in items {
+        let selected: Vec<&str> = match &item.kind {
+            ValueKind::Word(w) if FIELDS.contains(&w.as_str()) => vec![w.as_str()],
+            ValueKind::Word(w) => {
+                unknown.push(w.clone());
+                continue;
+            }
+            ValueKind::Str(pattern) => {
+                let re = regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
+                    at(
+                        entry,
+                        format!("fields: \"{pattern}\" is not a regular expression: {e}"),
+                    )
+                })?;
+                FIELDS.into_iter().filter(|f| re.is_match(f)).collect()
+            }
+            _ => return Err(bad()),
+        };
+        for field in selected {
+            if !fields.iter().any(|f| f == field) {
+                fields.push(field.to_string());
+            }
+        }
+    }
+    Ok((fields, unknown))
 }
 
 /// `writeControl` and `writeInterval` as a number of steps.
@@ -293,6 +330,17 @@ fn steps_between(
 ) -> Result<usize, CaseError> {
     let control = dict.get_or("writeControl", "timeStep".to_string())?;
     let interval = dict.get_or("writeInterval", 1.0)?;
+    if write_every.is_none() && matches!(control.as_str(), "writeTime" | "outputTime") {
+        return Err(at_key(
+            dict,
+            "writeControl",
+            format!(
+                "writeControl {control}: the run writes by time (adjustTimeStep, or a \
+                 writeInterval that is not a whole number of steps), so its write times are \
+                 no count of steps; use runTime or timeStep here"
+            ),
+        ));
+    }
     interval_in_steps(dict, &control, interval, delta_t, write_every)
 }
 

@@ -125,6 +125,10 @@ pub struct TransientSetup {
     /// the first step is then a second-order one, as the run that wrote them
     /// would have made.
     pub initial_old: Option<OldTime>,
+    /// With `adjustTimeStep`, a restart whose `uniform/time` gave the Δt and
+    /// a step index past 0: pimpleFoam's first-step adjustment
+    /// (`setInitialDeltaT.H`, which runs at time index 0 only) is skipped.
+    pub resumes_time_step: bool,
     /// `fieldMinMax` and `probes` function objects.
     pub functions: FunctionObjects,
     /// The U and p solvers as OpenFOAM names them (`smoothSolver`, `DICPCG`).
@@ -242,11 +246,12 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
     // With adjustTimeStep a restart goes on from the Δt of the step that
     // reached its start (`deltaT` of `uniform/time`), as OpenFOAM's
     // Time::setControls; controlDict's deltaT only where none is written.
-    let delta_t = match (&adjust_time_step, timing.start > 0.0) {
-        (Some(_), true) => UniformTime::read(&start_dir, timing.start, timing.delta_t)?
-            .map_or(timing.delta_t, |time| time.delta_t),
-        _ => timing.delta_t,
+    let written = match adjust_time_step {
+        Some(_) => UniformTime::read(&start_dir, timing.start, timing.delta_t)?,
+        None => None,
     };
+    let delta_t = written.as_ref().map_or(timing.delta_t, |time| time.delta_t);
+    let resumes_time_step = written.is_some_and(|time| time.index > 0);
     let initial_old = match transient.ddt {
         DdtScheme::Backward => read_old_level(r, &start_dir, &mesh, delta_t)?,
         DdtScheme::Euler => None,
@@ -288,6 +293,7 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
         vtk: Some(VtkEncoding::default()),
         initial,
         initial_old,
+        resumes_time_step,
         functions,
         solver_names,
     };
@@ -723,9 +729,10 @@ pub fn run_transient_case(
     let mut writes_passed = 0;
     let pimple = setup.application == Application::PimpleFoam;
     if pimple {
-        // pimpleFoam's CourantNo.H and setInitialDeltaT.H, ahead of its loop.
+        // pimpleFoam's CourantNo.H and setInitialDeltaT.H, ahead of its loop
+        // (the latter at time index 0 only: not where a restart resumes one).
         let courant = logged_courant(&piso, &mut device_step)?;
-        if let Some(control) = setup.adjust_time_step {
+        if let (Some(control), false) = (setup.adjust_time_step, setup.resumes_time_step) {
             piso.dt = control.initial_delta_t(piso.dt, courant.1, writes_passed);
         }
     }
@@ -968,7 +975,9 @@ fn log_solve_floors(step: &DevicePiso<'_>, parts: &DevicePhaseSeconds, steps: us
     let per_step = |b: f64| b / steps as f64;
     let floor_ms = |b: f64| 1e3 * per_step(b) / (bandwidth * 1e9);
     let part = |name: &str, bytes: Option<f64>, seconds: f64| match bytes {
-        Some(b) if b > 0.0 => {
+        // No momentum predictor: nothing solved.
+        Some(0.0) => format!("{name} none"),
+        Some(b) => {
             let ms = 1e3 * seconds / steps as f64;
             format!(
                 "{name} {:.3} GB, floor {:.3} ms, measured {ms:.3} ms ({:.1}x)",

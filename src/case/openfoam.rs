@@ -359,7 +359,8 @@ impl Reader {
     pub(super) fn timing(&mut self, control: &FoamDict) -> Result<Timing, CaseError> {
         let timing = self.timing_any_start(control)?;
         if let Some(interval) = timing.write_time {
-            // A steady solver writes by iterations: refused with the reason.
+            // laplacianFoam and simpleFoam count their writes in steps: an
+            // interval between steps is refused with the reason.
             let write_control = control.get_word("writeControl")?;
             interval_in_steps(control, &write_control, interval, timing.delta_t, None)?;
         }

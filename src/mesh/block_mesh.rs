@@ -883,13 +883,10 @@ impl Description {
                 faces.push(&cell_face(c, f))?;
                 owner.push(c as Label);
             }
-            patches.push(Patch {
-                name: spec.name.clone(),
-                kind: spec.kind,
-                start,
-                size: owner.len() - start,
-                in_groups: spec.in_groups.clone(),
-            });
+            patches.push(
+                Patch::new(&spec.name, spec.kind, start, owner.len() - start)
+                    .with_groups(spec.in_groups.clone()),
+            );
         }
         let default_start = owner.len();
         for &(c, f) in default_faces {

@@ -283,6 +283,15 @@ impl Patch {
         }
     }
 
+    /// The patch in `groups` too, less the one its type implies (which
+    /// OpenFOAM writes, as `inGroups 1(wall)`, and [`Self::groups`] adds).
+    pub fn with_groups(mut self, mut groups: Vec<String>) -> Self {
+        let kind = self.kind;
+        groups.retain(|g| kind == PatchKind::Patch || g != kind.foam_name());
+        self.in_groups = groups;
+        self
+    }
+
     /// Its groups as OpenFOAM has them: `in_groups`, with the name of its
     /// type added for a wall and for the constraint types (`empty`,
     /// `symmetryPlane`, `symmetry`), once.

@@ -353,20 +353,11 @@ fn read_patch(path: &Path, name: &Value, dict: &Value) -> Result<Patch, MeshErro
         usize::try_from(e.single_label(path)?)
             .map_err(|_| MeshError::parse(path, e.line, format!("'{key}' is too large")))
     };
-    // The group its type implies (`wall` of a wall, as OpenFOAM writes it)
-    // is not kept: `Patch::groups` adds it.
-    let mut in_groups = match d.get("inGroups") {
+    let groups = match d.get("inGroups") {
         Some(e) => e.words(path)?,
         None => Vec::new(),
     };
-    in_groups.retain(|g| kind == PatchKind::Patch || g != kind.foam_name());
-    Ok(Patch {
-        name: name.clone(),
-        kind,
-        start: number("startFace")?,
-        size: number("nFaces")?,
-        in_groups,
-    })
+    Ok(Patch::new(name, kind, number("startFace")?, number("nFaces")?).with_groups(groups))
 }
 
 /// Writes `mesh` as `dir/{points,faces,owner,neighbour,boundary}` (`.gz` when `compress`).

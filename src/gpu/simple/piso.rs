@@ -283,7 +283,6 @@ impl<'g> DevicePiso<'g> {
         log::log_enabled!(log::Level::Debug) || gpu.syncs_each_launch()
     }
 
-    /// Time per part of the steps so far.
     /// The bytes the solves moved so far ([`DevicePhaseBytes`]).
     pub fn phase_bytes(&self) -> DevicePhaseBytes {
         self.device.phase_bytes()
@@ -295,6 +294,7 @@ impl<'g> DevicePiso<'g> {
         self.device.gpu.copy_bandwidth(FLOOR_COPY_BYTES)
     }
 
+    /// Time per part of the steps so far.
     pub fn seconds(&self) -> DeviceStepSeconds {
         DeviceStepSeconds {
             parts: self.device.phase_seconds(),
