@@ -1380,10 +1380,22 @@ fn solve_matrix(args: SolveMatrixArgs) -> anyhow::Result<i32> {
     if perf.converged || controls.fixed_iterations() {
         return Ok(0);
     }
-    eprintln!(
-        "not converged: {} iterations (--max-iter) without reaching the tolerance",
-        perf.iterations
-    );
+    if perf.iterations < controls.max_iter {
+        // PCG stops where r · z or p · Ap is exactly zero (the exact
+        // solution, or underflow); short of the tolerance that is a
+        // breakdown of the method on this system, not the iteration limit.
+        eprintln!(
+            "not converged: PCG stopped after {} iterations without reaching the tolerance, \
+             r·z or p·Ap exactly zero: the matrix or the preconditioner is not positive \
+             definite (or the system is singular and b not in the range of A)",
+            perf.iterations
+        );
+    } else {
+        eprintln!(
+            "not converged: {} iterations (--max-iter) without reaching the tolerance",
+            perf.iterations
+        );
+    }
     Ok(EXIT_CHECK_FAILED)
 }
 

@@ -413,3 +413,30 @@ fn eisenstat_sgs_from_the_command_line() {
     assert!(log.contains("PCG (Eisenstat SGS):  Solving for x"), "{log}");
     assert_eq!(eisenstat, run("sgs").0);
 }
+
+/// PCG on an indefinite system stops where r·z or p·Ap is exactly zero,
+/// short of its tolerance and of `--max-iter`: exit code 1 with that reason,
+/// not the iteration limit's message.
+#[test]
+fn a_stop_short_of_max_iter_is_named_as_a_breakdown() {
+    let dir = common::unique_temp_dir("solve_matrix_indefinite");
+    std::fs::create_dir_all(&dir).unwrap();
+    let matrix = dir.join("indefinite.mtx");
+    std::fs::write(
+        &matrix,
+        "%%MatrixMarket matrix coordinate real symmetric\n4 4 7\n1 1 1.0\n2 1 2.0\n2 2 1.0\n\
+         3 3 1.0\n4 3 2.0\n4 4 1.0\n3 2 0.5\n",
+    )
+    .unwrap();
+    let out = fvpoisson(&[
+        "solve-matrix",
+        matrix.to_str().unwrap(),
+        "--precond",
+        "blockJacobi",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("r·z or p·Ap exactly zero"), "{stderr}");
+    assert!(!stderr.contains("--max-iter"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
