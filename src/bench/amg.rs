@@ -14,7 +14,7 @@
 //! with the cycle as preconditioner (the fused device loop, after a warm-up
 //! solve): iterations, time, and set-up + solve against Jacobi-PCG's solve.
 
-use super::tables::{convergence_mark, copy_bandwidth, time_median, BenchSettings, Row};
+use super::tables::{convergence_mark, time_median, BenchSettings, Row};
 use fvpoisson::gpu::amg::DeviceAmg;
 use fvpoisson::gpu::pcg::{GpuCgBackend, GpuVector, LaunchMode};
 use fvpoisson::gpu::smooth::DevicePreconditioner;
@@ -85,7 +85,7 @@ pub fn rows(gpu: &Gpu, spec: &str, a: &Csr, settings: &BenchSettings) -> anyhow:
     };
 
     // The copy bandwidth of this run: the cycle's byte floor.
-    let copy = copy_bandwidth(gpu, 1 << 30)?;
+    let copy = gpu.copy_bandwidth(1 << 30)?;
     let jacobi = GpuCgBackend::new(gpu, &a, true, None, &options)?;
     let b = jacobi.upload(&b_host)?;
     let (base, base_ms, base_res) = timed_solve(gpu, &jacobi, &a, &b_host, &b)?;

@@ -9,9 +9,7 @@
 //! Eisenstat row is in `--preconditioners` and in `--smoothers`' PCG table.
 
 use super::smooth::{solve_warm, Ordered};
-use super::tables::{
-    controls, convergence_mark, copy_bandwidth, poisson_system, rcm_system, JacobiBaseline, Row,
-};
+use super::tables::{controls, convergence_mark, poisson_system, rcm_system, JacobiBaseline, Row};
 use std::time::Instant;
 
 use fvpoisson::gpu::eisenstat::{
@@ -81,7 +79,7 @@ pub fn run(gpu: &Gpu, cases: &[String], slice_height: usize) -> anyhow::Result<(
          |---|---|---|---|---|---|\n",
     );
     let controls = controls();
-    let copy = copy_bandwidth(gpu, 1 << 30)?;
+    let copy = gpu.copy_bandwidth(1 << 30)?;
     eprintln!("copy bandwidth {copy:.0} GB/s");
     let options = GpuSolveOptions {
         slice_height,

@@ -126,11 +126,6 @@ pub(super) fn time_median(
     Ok(median(&mut t))
 }
 
-/// Device-to-device copy bandwidth in GB/s (bytes read + written).
-pub fn copy_bandwidth(gpu: &Gpu, bytes: usize) -> Result<f64, GpuError> {
-    gpu.copy_bandwidth(bytes)
-}
-
 /// One row of the results.
 #[derive(Clone, Debug)]
 pub struct Row {
@@ -400,7 +395,7 @@ pub fn run(gpu: &Gpu, settings: &BenchSettings) -> anyhow::Result<Report> {
     }
     let mut report = Report::default();
     let copy_bytes = 1usize << 30;
-    let copy = copy_bandwidth(gpu, copy_bytes)?;
+    let copy = gpu.copy_bandwidth(copy_bytes)?;
     eprintln!(
         "device {} (compute {}.{}), kernels {}: copy bandwidth {copy:.0} GB/s",
         gpu.name(),

@@ -29,6 +29,7 @@ use super::openfoam::{at, at_key, interval_in_steps, one_of, Reader};
 use super::CaseError;
 use crate::flow::simple::Simple;
 use crate::foam::dict::{Value, ValueKind};
+use crate::foam::foam_dict::compile_key;
 use crate::foam::write::{format_general, format_scientific};
 use crate::foam::{FoamDict, FoamEntry};
 use crate::io::foam_field::time_name;
@@ -303,12 +304,7 @@ fn selected_fields(dict: &FoamDict) -> Result<(Vec<String>, Vec<String>), CaseEr
                 continue;
             }
             ValueKind::Str(pattern) => {
-                let re = regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
-                    at(
-                        entry,
-                        format!("fields: \"{pattern}\" is not a regular expression: {e}"),
-                    )
-                })?;
+                let re = compile_key(pattern).map_err(|e| at(entry, format!("fields: {e}")))?;
                 FIELDS.into_iter().filter(|f| re.is_match(f)).collect()
             }
             _ => return Err(bad()),
@@ -421,14 +417,15 @@ pub(super) fn data_file(dir: &Path, stem: &str, start_name: &str) -> PathBuf {
 }
 
 /// Creates (truncates) `path` with `text`.
-fn create_file(path: &Path, text: &str) -> Result<(), OutputError> {
+pub(super) fn create_file(path: &Path, text: &str) -> Result<(), OutputError> {
     if let Some(dir) = path.parent() {
         crate::io::create_dir_all(dir)?;
     }
     std::fs::write(path, text).map_err(|e| OutputError::io(path, e))
 }
 
-fn append_file(path: &Path, text: &str) -> Result<(), OutputError> {
+/// Appends `text` to `path`.
+pub(super) fn append_file(path: &Path, text: &str) -> Result<(), OutputError> {
     std::fs::OpenOptions::new()
         .append(true)
         .open(path)

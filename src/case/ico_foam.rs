@@ -30,7 +30,9 @@
 use super::flow_case::{
     device_pressure_solver, momentum_solver, patch_conditions, timed_pressure_solves,
 };
-use super::function_objects::{data_file, read_functions, Format, FunctionObjects, SolverInfo};
+use super::function_objects::{
+    append_file, create_file, data_file, read_functions, Format, FunctionObjects, SolverInfo,
+};
 use super::openfoam::{at, at_key, scheme, Reader};
 use super::run::{gamg_cache, log_gpu_mapping, GpuSolves, LinearSolves};
 use super::setup::{check_steps_of, LinearSolver};
@@ -243,17 +245,21 @@ fn read(r: &mut Reader, application: Application) -> Result<(TransientSetup, Mes
     let p_file = ScalarFieldFile::read(&start_dir.join("p"), n)?;
     let boundary = read_boundary(r, &mesh, &u_file, &p_file)?;
     let phi = read_phi(&start_dir.join("phi"), &mesh)?;
-    // With adjustTimeStep a restart goes on from the Δt of the step that
-    // reached its start (`deltaT` of `uniform/time`), as OpenFOAM's
-    // Time::setControls; controlDict's deltaT only where none is written.
-    let written = match adjust_time_step {
-        Some(_) => UniformTime::read(&start_dir, timing.start, timing.delta_t)?,
-        None => None,
+    // The Δt of the step that reached the start (`deltaT` of `uniform/time`):
+    // with adjustTimeStep a restart goes on from it, as OpenFOAM's
+    // Time::setControls (controlDict's deltaT only where none is written),
+    // and backward's older level lies that far before the start.
+    let written = match (adjust_time_step, transient.ddt) {
+        (None, DdtScheme::Euler) => None,
+        _ => UniformTime::read(&start_dir, timing.start, timing.delta_t)?,
     };
-    let delta_t = written.as_ref().map_or(timing.delta_t, |time| time.delta_t);
-    let resumes_time_step = written.is_some_and(|time| time.index > 0);
+    let written_dt = written.map(|time| time.delta_t);
+    let (delta_t, resumes_time_step) = match (adjust_time_step, written) {
+        (Some(_), Some(time)) => (time.delta_t, time.index > 0),
+        _ => (timing.delta_t, false),
+    };
     let initial_old = match transient.ddt {
-        DdtScheme::Backward => read_old_level(r, &start_dir, &mesh, delta_t)?,
+        DdtScheme::Backward => read_old_level(r, &start_dir, &mesh, written_dt.unwrap_or(delta_t))?,
         DdtScheme::Euler => None,
     };
     if timing.start > 0.0 {
@@ -479,14 +485,14 @@ fn read_pimple_relaxation(
 
 /// Backward's older level at the start time `dir`, as OpenFOAM writes it
 /// with backward: `U_0` and `phi_0` (the velocity and flux of the time
-/// before), the Δt between the two times from `uniform/time` (else
-/// `delta_t`). `None` without them (the first step is then an Euler one, as
-/// OpenFOAM's); with one of the two files only, a warning says so.
+/// before), `dt` before the start. `None` without them (the first step is
+/// then an Euler one, as OpenFOAM's); with one of the two files only, a
+/// warning says so.
 fn read_old_level(
     r: &mut Reader,
     dir: &Path,
     mesh: &Mesh,
-    delta_t: f64,
+    dt: f64,
 ) -> Result<Option<OldTime>, CaseError> {
     let present = |name: &str| crate::foam::file_or_gz_exists(&dir.join(name));
     match (present("U_0"), present("phi_0")) {
@@ -511,11 +517,6 @@ fn read_old_level(
         .internal
         .expand(n);
     let phi = read_phi(&dir.join("phi_0"), mesh)?.unwrap_or_default();
-    // The step that reached the start time: `deltaT` of its record.
-    let dt = match UniformTime::read(dir, 0.0, delta_t)? {
-        Some(time) => time.delta_t,
-        None => delta_t,
-    };
     Ok(Some(OldTime { u, phi, dt }))
 }
 
@@ -1139,7 +1140,6 @@ impl ResidualLog {
         let dir = (setup.case_dir.join("postProcessing"))
             .join(&object.name)
             .join(&start_name);
-        crate::io::create_dir_all(&dir)?;
         let with_u = object.u && setup.transient.momentum_predictor;
         let with_p = object.p;
         let mut names = Vec::new();
@@ -1163,7 +1163,7 @@ impl ResidualLog {
         }
         text.push('\n');
         let path = data_file(&dir, "solverInfo", &start_name);
-        std::fs::write(&path, text).map_err(|e| crate::mesh::MeshError::io(&path, e))?;
+        create_file(&path, &text)?;
         Ok(Self {
             path,
             time_precision: setup.foam.time_precision,
@@ -1202,12 +1202,7 @@ impl ResidualLog {
             );
         }
         line.push('\n');
-        let io = |e| CaseError::Mesh(crate::mesh::MeshError::io(&self.path, e));
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&self.path)
-            .map_err(io)?;
-        std::io::Write::write_all(&mut file, line.as_bytes()).map_err(io)
+        Ok(append_file(&self.path, &line)?)
     }
 }
 

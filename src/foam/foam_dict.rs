@@ -535,8 +535,9 @@ fn child_scope(parent: &str, key: &str) -> String {
     }
 }
 
-/// `^(?:key)$`: OpenFOAM matches the whole key.
-fn compile_key(key: &str) -> Result<Regex, String> {
+/// `^(?:key)$`: OpenFOAM matches the whole key (of an entry, or of a
+/// name in a list such as a function object's `fields`).
+pub fn compile_key(key: &str) -> Result<Regex, String> {
     Regex::new(&format!("^(?:{key})$"))
         .map_err(|e| format!("key \"{key}\" is not a valid regular expression: {e}"))
 }

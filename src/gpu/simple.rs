@@ -776,10 +776,12 @@ impl<'g> DeviceSimple<'g> {
             };
             let controls = controls(corrector == n_non_orth_correctors);
             let perf = pcg(backend, b, &mut self.p, &controls, "p");
-            let preconditioner = match (&self.amg, &self.polynomial) {
-                (Some(amg), _) => amg.application_bytes(),
-                (None, Some(p)) => p.application_bytes(),
-                (None, None) => Some(0.0),
+            // The preconditioner's bytes per application, and whether PCG
+            // applies Jacobi itself, as the backend above was chosen.
+            let (preconditioner, jacobi) = match (&self.amg, &self.polynomial) {
+                (Some(amg), _) => (amg.application_bytes(), false),
+                (None, Some(p)) => (p.application_bytes(), false),
+                (None, None) => (Some(0.0), self.solver.jacobi),
             };
             // The AMG value re-set-up's status (deferred: `update_amg`), read
             // now that the solve's residual read-backs have drained the
@@ -796,7 +798,7 @@ impl<'g> DeviceSimple<'g> {
                 .bytes
                 .solve
                 .zip(preconditioner)
-                .map(|(b, m)| b + self.pressure_solve_bytes(perf.iterations, m));
+                .map(|(b, m)| b + self.pressure_solve_bytes(perf.iterations, m, jacobi));
             p_solves.push(perf);
             *host += timer.lap(&mut seconds.solve)?;
         }
@@ -808,14 +810,13 @@ impl<'g> DeviceSimple<'g> {
     }
 
     /// Minimum bytes of a pressure solve of `iterations` iterations whose
-    /// preconditioner moves `preconditioner` bytes per application: the
-    /// initial residual's SpMV, then per iteration PCG's own bytes and one
-    /// application.
-    fn pressure_solve_bytes(&self, iterations: usize, preconditioner: f64) -> f64 {
+    /// preconditioner moves `preconditioner` bytes per application (PCG's
+    /// own Jacobi where `jacobi`): the initial residual's SpMV, then per
+    /// iteration PCG's own bytes and one application.
+    fn pressure_solve_bytes(&self, iterations: usize, preconditioner: f64, jacobi: bool) -> f64 {
         let Ok(m) = self.laplacian.matrix() else {
             return 0.0;
         };
-        let jacobi = self.amg.is_none() && self.polynomial.is_none() && self.solver.jacobi;
         let iteration = super::pcg::iteration_bytes(m.n, m.codes.len(), jacobi, false);
         m.spmv_bytes() + iterations as f64 * (iteration + preconditioner)
     }
